@@ -10,8 +10,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"io"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/experimental"
@@ -162,3 +164,57 @@ func (m *limitedMemory) Reallocate(size uint64) []byte {
 }
 
 func (m *limitedMemory) Free() { m.buf = nil }
+
+// MemoryLimit is a per-instance linear-memory cap that can be changed after
+// instantiation (pooled interpreters are started before the sandbox that will
+// own them, and so before its limit, is known). The zero value means no limit.
+type MemoryLimit struct{ bytes atomic.Int64 }
+
+// Set changes the cap; later growth is checked against it.
+func (l *MemoryLimit) Set(bytes int64) { l.bytes.Store(bytes) }
+
+// Get returns the cap in bytes (0 = none).
+func (l *MemoryLimit) Get() int64 { return l.bytes.Load() }
+
+// WithMemoryLimiter is like WithMemoryLimit, but reads the cap from l on
+// every growth, so it may be lowered or raised later.
+func WithMemoryLimiter(ctx context.Context, l *MemoryLimit) context.Context {
+	return experimental.WithMemoryAllocator(ctx, experimental.MemoryAllocatorFunc(func(capacity, max uint64) experimental.LinearMemory {
+		return &adjustableMemory{l: l, max: max}
+	}))
+}
+
+type adjustableMemory struct {
+	buf []byte
+	l   *MemoryLimit
+	max uint64
+}
+
+func (m *adjustableMemory) Reallocate(size uint64) []byte {
+	limit := m.max
+	if b := m.l.Get(); b > 0 && uint64(b) < limit {
+		limit = uint64(b)
+	}
+	inner := limitedMemory{buf: m.buf, limit: limit, max: m.max}
+	nb := inner.Reallocate(size)
+	if nb != nil {
+		m.buf = nb
+	}
+	return nb
+}
+
+func (m *adjustableMemory) Free() { m.buf = nil }
+
+// Command is one run of a guest program as a shell command (for example
+// `python3 script.py` or `node -e ...`), used by the wasm shell.
+type Command struct {
+	Args   []string          // argv, Args[0] is the program name as typed
+	Stdin  io.Reader         // may be nil
+	Stdout io.Writer         // never nil
+	Stderr io.Writer         // never nil
+	Root   *os.Root          // the sandbox workspace, mounted as the guest's "/"
+	Cwd    string            // guest path of the working directory
+	Env    map[string]string // environment
+	// MemoryLimitBytes caps the instance's linear memory (0 = runtime default).
+	MemoryLimitBytes int64
+}
