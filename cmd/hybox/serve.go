@@ -1,8 +1,185 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
 
-// newServeCmd returns `hybox serve`. (Being written by the server owner.)
+	"github.com/spf13/cobra"
+
+	"github.com/hybox-dev/hybox/execd"
+	"github.com/hybox-dev/hybox/runtimes"
+	"github.com/hybox-dev/hybox/runtimes/wasm"
+	"github.com/hybox-dev/hybox/runtimes/wasm/engine"
+	"github.com/hybox-dev/hybox/runtimes/wasm/jsguest"
+	"github.com/hybox-dev/hybox/runtimes/wasm/pyguest"
+	"github.com/hybox-dev/hybox/server"
+)
+
+// newServeCmd returns `hybox serve`.
 func newServeCmd() *cobra.Command {
-	return &cobra.Command{Use: "serve", Short: "Run the hybox server"}
+	var (
+		cfgPath, addr, dataDir, apiKey, apiKeyFile, guestDir, publicHost string
+		insecure                                                         bool
+	)
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the hybox server (lifecycle API, execd, one-shot runs)",
+		Long: "Run the hybox server. Settings come from the embedded defaults, then the config file\n" +
+			"(--config or HYBOX_CONFIG), then HYBOX_* environment variables, then flags.\n" +
+			"An API key is required unless --insecure is given explicitly.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfgPath == "" {
+				cfgPath = os.Getenv("HYBOX_CONFIG")
+			}
+			cfg, err := loadConfig(cfgPath, os.Getenv)
+			if err != nil {
+				return err
+			}
+			f := cmd.Flags()
+			if f.Changed("addr") {
+				cfg.Addr = addr
+			}
+			if f.Changed("data-dir") {
+				cfg.DataDir = dataDir
+			}
+			if f.Changed("api-key") {
+				cfg.APIKey = apiKey
+			}
+			if f.Changed("api-key-file") {
+				cfg.APIKeyFile = apiKeyFile
+			}
+			if f.Changed("guest-dir") {
+				cfg.Wasm.GuestDir = guestDir
+			}
+			if f.Changed("public-host") {
+				cfg.PublicHost = publicHost
+			}
+			if f.Changed("insecure") {
+				cfg.Insecure = insecure
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return serve(ctx, cfg)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfgPath, "config", "", "TOML config file (env HYBOX_CONFIG)")
+	f.StringVar(&addr, "addr", "", "listen address HOST:PORT (env HYBOX_ADDR; default 127.0.0.1:8080)")
+	f.StringVar(&dataDir, "data-dir", "", "data directory (env HYBOX_DATA_DIR; default /var/lib/hybox)")
+	f.StringVar(&apiKey, "api-key", "", "API key clients send in OPEN-SANDBOX-API-KEY (env HYBOX_API_KEY)")
+	f.StringVar(&apiKeyFile, "api-key-file", "", "file holding the API key (env HYBOX_API_KEY_FILE)")
+	f.StringVar(&guestDir, "guest-dir", "", "directory with python.wasm and quickjs.wasm (env HYBOX_GUEST_DIR)")
+	f.StringVar(&publicHost, "public-host", "", "host[:port] written into sandbox endpoints (env HYBOX_PUBLIC_HOST)")
+	f.BoolVar(&insecure, "insecure", false, "serve WITHOUT authentication (env HYBOX_INSECURE)")
+	return cmd
+}
+
+// findGuestDir picks the guest directory: configured, beside the binary,
+// or build/guests under the working directory.
+func findGuestDir(configured string) string {
+	if configured != "" {
+		return configured
+	}
+	var candidates []string
+	if exe, err := os.Executable(); err == nil {
+		d := filepath.Dir(exe)
+		candidates = append(candidates, filepath.Join(d, "guests"), filepath.Join(d, "..", "share", "hybox", "guests"), filepath.Join(d, "..", "build", "guests"))
+	}
+	candidates = append(candidates, filepath.Join("build", "guests"))
+	for _, c := range candidates {
+		if _, err := os.Stat(filepath.Join(c, engine.Python.Name)); err == nil {
+			return c
+		}
+	}
+	return filepath.Join("build", "guests")
+}
+
+func parseLevel(s string) slog.Level {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return slog.LevelInfo
+	}
+	return l
+}
+
+func serve(ctx context.Context, cfg *config) error {
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: parseLevel(cfg.LogLevel)}))
+	key, err := cfg.resolveAPIKey()
+	if err != nil {
+		return err
+	}
+	if key == "" && !cfg.Insecure {
+		return fmt.Errorf("refusing to start without an API key: set --api-key, --api-key-file, HYBOX_API_KEY or api_key in the config, or pass --insecure to serve without authentication")
+	}
+	if cfg.Insecure {
+		log.Warn("serving WITHOUT authentication (--insecure)")
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("data directory: %w", err)
+	}
+	guestDir := findGuestDir(cfg.Wasm.GuestDir)
+	eng, err := engine.New(ctx, engine.Options{GuestDir: guestDir, CacheDir: filepath.Join(cfg.DataDir, "wazero-cache")})
+	if err != nil {
+		return err
+	}
+	defer eng.Close(context.Background())
+	defMem, err := server.ParseQuantityBytes(cfg.Wasm.DefaultMemory)
+	if err != nil {
+		return fmt.Errorf("wasm.default_memory: %w", err)
+	}
+	outLimit, err := server.ParseQuantityBytes(cfg.Wasm.OutputLimit)
+	if err != nil {
+		return fmt.Errorf("wasm.output_limit: %w", err)
+	}
+	start := time.Now()
+	py, err := pyguest.NewManager(ctx, pyguest.Options{Engine: eng, PoolSize: cfg.Wasm.PythonPool, MemoryLimitBytes: defMem, OutputLimitBytes: outLimit})
+	if err != nil {
+		return fmt.Errorf("python guest: %w", err)
+	}
+	defer py.Close()
+	js, err := jsguest.NewManager(ctx, jsguest.Options{Engine: eng, MemoryLimitBytes: defMem, OutputLimitBytes: outLimit})
+	if err != nil {
+		return fmt.Errorf("javascript guest: %w", err)
+	}
+	defer js.Close()
+	log.Info("guests ready", "dir", guestDir, "took", time.Since(start).Round(time.Millisecond))
+	wrt, err := wasm.New(wasm.Options{
+		Python: py, JavaScript: js, DefaultMemoryBytes: defMem,
+		Exec: execd.Options{
+			Limiter:          execd.NewLimiter(cfg.Wasm.MaxConcurrent, cfg.Wasm.QueueWait.Duration),
+			ExecTimeout:      cfg.Wasm.ExecTimeout.Duration,
+			OutputLimitBytes: outLimit,
+			Logger:           log,
+		},
+	})
+	if err != nil {
+		return err
+	}
+	rules := append(append([]runtimes.ImageRule{}, cfg.ImageRules...), runtimes.BuiltinImageRules...)
+	router, err := runtimes.NewRouter([]runtimes.Runtime{wrt}, rules, cfg.DefaultRuntime)
+	if err != nil {
+		return err
+	}
+	srv, err := server.New(ctx, server.Options{
+		DataDir: cfg.DataDir, APIKey: key, Insecure: cfg.Insecure, Router: router,
+		PublicHost: cfg.PublicHost, ReapInterval: cfg.ReapInterval.Duration, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	defer srv.Close(context.Background())
+	l, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return err
+	}
+	log.Info("hybox listening", "addr", l.Addr().String(), "dataDir", cfg.DataDir, "runtimes", router.Names())
+	return srv.Serve(ctx, l)
 }

@@ -1,0 +1,121 @@
+package main
+
+import (
+	_ "embed"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/hybox-dev/hybox/runtimes"
+)
+
+//go:embed defaults.toml
+var defaultsTOML string
+
+// config is the server configuration: embedded defaults, then a TOML file,
+// then HYBOX_* environment variables, then flags.
+type config struct {
+	Addr           string               `toml:"addr"`
+	DataDir        string               `toml:"data_dir"`
+	APIKey         string               `toml:"api_key"`
+	APIKeyFile     string               `toml:"api_key_file"`
+	Insecure       bool                 `toml:"insecure"`
+	PublicHost     string               `toml:"public_host"`
+	DefaultRuntime string               `toml:"default_runtime"`
+	ReapInterval   duration             `toml:"reap_interval"`
+	LogLevel       string               `toml:"log_level"`
+	ImageRules     []runtimes.ImageRule `toml:"image_rules"`
+	Wasm           wasmConfig           `toml:"wasm"`
+}
+
+type wasmConfig struct {
+	GuestDir      string   `toml:"guest_dir"`
+	PythonPool    int      `toml:"python_pool"`
+	DefaultMemory string   `toml:"default_memory"`
+	ExecTimeout   duration `toml:"exec_timeout"`
+	OutputLimit   string   `toml:"output_limit"`
+	MaxConcurrent int      `toml:"max_concurrent"`
+	QueueWait     duration `toml:"queue_wait"`
+}
+
+// duration is a time.Duration written as "5s" in TOML.
+type duration struct{ time.Duration }
+
+func (d *duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return err
+	}
+	d.Duration = v
+	return nil
+}
+
+// loadConfig reads the embedded defaults, then path (if any), then env.
+func loadConfig(path string, getenv func(string) string) (*config, error) {
+	var c config
+	if _, err := toml.Decode(defaultsTOML, &c); err != nil {
+		return nil, fmt.Errorf("embedded defaults: %w", err)
+	}
+	if path != "" {
+		md, err := toml.DecodeFile(path, &c)
+		if err != nil {
+			return nil, fmt.Errorf("config %s: %w", path, err)
+		}
+		if undec := md.Undecoded(); len(undec) > 0 {
+			keys := make([]string, len(undec))
+			for i, k := range undec {
+				keys[i] = k.String()
+			}
+			return nil, fmt.Errorf("config %s: unknown keys: %s", path, strings.Join(keys, ", "))
+		}
+	}
+	envs := []struct {
+		name string
+		set  func(string) error
+	}{
+		{"HYBOX_ADDR", func(v string) error { c.Addr = v; return nil }},
+		{"HYBOX_DATA_DIR", func(v string) error { c.DataDir = v; return nil }},
+		{"HYBOX_API_KEY", func(v string) error { c.APIKey = v; return nil }},
+		{"HYBOX_API_KEY_FILE", func(v string) error { c.APIKeyFile = v; return nil }},
+		{"HYBOX_PUBLIC_HOST", func(v string) error { c.PublicHost = v; return nil }},
+		{"HYBOX_DEFAULT_RUNTIME", func(v string) error { c.DefaultRuntime = v; return nil }},
+		{"HYBOX_GUEST_DIR", func(v string) error { c.Wasm.GuestDir = v; return nil }},
+		{"HYBOX_LOG_LEVEL", func(v string) error { c.LogLevel = v; return nil }},
+		{"HYBOX_INSECURE", func(v string) error {
+			b, err := strconv.ParseBool(v)
+			c.Insecure = b
+			return err
+		}},
+	}
+	for _, e := range envs {
+		if v := getenv(e.name); v != "" {
+			if err := e.set(v); err != nil {
+				return nil, fmt.Errorf("%s: %w", e.name, err)
+			}
+		}
+	}
+	return &c, nil
+}
+
+// resolveAPIKey returns the key from api_key or api_key_file.
+func (c *config) resolveAPIKey() (string, error) {
+	if c.APIKey != "" {
+		return c.APIKey, nil
+	}
+	if c.APIKeyFile == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(c.APIKeyFile)
+	if err != nil {
+		return "", fmt.Errorf("api key file: %w", err)
+	}
+	key := strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0])
+	if key == "" {
+		return "", fmt.Errorf("api key file %s is empty", c.APIKeyFile)
+	}
+	return key, nil
+}

@@ -1,0 +1,495 @@
+package execd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"crypto/rand"
+	"encoding/hex"
+)
+
+// newID returns a random identifier (UUID v4 form).
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b[:])
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+// normalizeLanguage maps the names clients use to a canonical language.
+func normalizeLanguage(l string) string {
+	switch strings.ToLower(strings.TrimSpace(l)) {
+	case "python", "python3", "py":
+		return "python"
+	case "javascript", "js", "node", "nodejs":
+		return "javascript"
+	case "typescript", "ts":
+		return "typescript"
+	case "bash", "sh", "shell", "command":
+		return "bash"
+	default:
+		return strings.ToLower(strings.TrimSpace(l))
+	}
+}
+
+// codeContext is one persistent interpreter and its bookkeeping.
+type codeContext struct {
+	id       string
+	language string
+	cwd      string
+
+	run    sync.Mutex // held for the duration of one execution
+	mu     sync.Mutex // guards the fields below
+	interp Interpreter
+	count  int
+	execID string
+	cancel context.CancelCauseFunc
+	closed bool
+}
+
+type codeManager struct {
+	h        *Handler
+	mu       sync.Mutex
+	contexts map[string]*codeContext
+	defaults map[string]string // language → context id
+}
+
+func newCodeManager(h *Handler) *codeManager {
+	return &codeManager{h: h, contexts: map[string]*codeContext{}, defaults: map[string]string{}}
+}
+
+type contextJSON struct {
+	ID       string `json:"id"`
+	Language string `json:"language"`
+	Cwd      string `json:"cwd,omitempty"`
+}
+
+func (c *codeContext) json() contextJSON {
+	return contextJSON{ID: c.id, Language: c.language, Cwd: c.cwd}
+}
+
+// supports reports whether the backend runs language (bash always).
+func (m *codeManager) supports(language string) bool {
+	if language == "bash" {
+		return true
+	}
+	for _, l := range m.h.opts.Backend.Languages() {
+		if l == language {
+			return true
+		}
+	}
+	return false
+}
+
+func (m *codeManager) unknownLanguage(raw string) error {
+	langs := append([]string{}, m.h.opts.Backend.Languages()...)
+	langs = append(langs, "bash")
+	return fmt.Errorf("%w: %q is not available in this sandbox (available: %s)", ErrUnknownLanguage, raw, strings.Join(langs, ", "))
+}
+
+// newContext creates a context; the interpreter is started at once (bash
+// contexts need none).
+func (m *codeManager) newContext(ctx context.Context, rawLang, cwd string) (*codeContext, error) {
+	lang := normalizeLanguage(rawLang)
+	if lang == "" {
+		return nil, fmt.Errorf("%w: language is required", ErrUnknownLanguage)
+	}
+	if !m.supports(lang) {
+		return nil, m.unknownLanguage(rawLang)
+	}
+	m.mu.Lock()
+	n := len(m.contexts)
+	m.mu.Unlock()
+	if n >= m.h.opts.MaxContexts {
+		return nil, fmt.Errorf("%w: this sandbox already has %d code contexts; delete one first", ErrOverloaded, n)
+	}
+	c := &codeContext{id: newID(), language: lang, cwd: cwd}
+	if lang != "bash" {
+		it, err := m.h.opts.Backend.NewInterpreter(ctx, lang, cwd)
+		if err != nil {
+			return nil, err
+		}
+		c.interp = it
+	}
+	m.mu.Lock()
+	m.contexts[c.id] = c
+	m.mu.Unlock()
+	return c, nil
+}
+
+func (m *codeManager) create(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Language string `json:"language"`
+		Cwd      string `json:"cwd"`
+	}
+	if !m.h.decodeJSON(w, r, &req) {
+		return
+	}
+	if strings.TrimSpace(req.Language) == "" {
+		writeError(w, http.StatusBadRequest, CodeInvalidRequestBody, "language is required")
+		return
+	}
+	c, err := m.newContext(r.Context(), req.Language, req.Cwd)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, c.json())
+}
+
+func (m *codeManager) list(w http.ResponseWriter, r *http.Request) {
+	lang := normalizeLanguage(r.URL.Query().Get("language"))
+	m.mu.Lock()
+	out := []contextJSON{}
+	for _, c := range m.contexts {
+		if lang == "" || c.language == lang {
+			out = append(out, c.json())
+		}
+	}
+	m.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (m *codeManager) lookup(id string) (*codeContext, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c, ok := m.contexts[id]
+	return c, ok
+}
+
+func (m *codeManager) get(w http.ResponseWriter, r *http.Request) {
+	c, ok := m.lookup(r.PathValue("id"))
+	if !ok {
+		writeError(w, http.StatusNotFound, CodeContextNotFound, fmt.Sprintf("code context %q not found", r.PathValue("id")))
+		return
+	}
+	writeJSON(w, http.StatusOK, c.json())
+}
+
+// remove forgets a context and closes its interpreter (interrupting a run).
+func (m *codeManager) remove(c *codeContext) {
+	m.mu.Lock()
+	delete(m.contexts, c.id)
+	for l, id := range m.defaults {
+		if id == c.id {
+			delete(m.defaults, l)
+		}
+	}
+	m.mu.Unlock()
+	c.mu.Lock()
+	c.closed = true
+	if c.cancel != nil {
+		c.cancel(ErrInterrupted)
+	}
+	it := c.interp
+	c.interp = nil
+	c.mu.Unlock()
+	if it != nil {
+		_ = it.Close()
+	}
+}
+
+func (m *codeManager) delete(w http.ResponseWriter, r *http.Request) {
+	c, ok := m.lookup(r.PathValue("id"))
+	if !ok {
+		writeError(w, http.StatusNotFound, CodeContextNotFound, fmt.Sprintf("code context %q not found", r.PathValue("id")))
+		return
+	}
+	m.remove(c)
+	w.WriteHeader(http.StatusOK)
+}
+
+func (m *codeManager) deleteByLanguage(w http.ResponseWriter, r *http.Request) {
+	raw := r.URL.Query().Get("language")
+	if raw == "" {
+		writeError(w, http.StatusBadRequest, CodeMissingQuery, "query parameter language is required")
+		return
+	}
+	lang := normalizeLanguage(raw)
+	m.mu.Lock()
+	var victims []*codeContext
+	for _, c := range m.contexts {
+		if c.language == lang {
+			victims = append(victims, c)
+		}
+	}
+	m.mu.Unlock()
+	for _, c := range victims {
+		m.remove(c)
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+func (m *codeManager) closeAll() {
+	m.mu.Lock()
+	var all []*codeContext
+	for _, c := range m.contexts {
+		all = append(all, c)
+	}
+	m.mu.Unlock()
+	for _, c := range all {
+		m.remove(c)
+	}
+}
+
+// defaultContext returns the default context of a language, creating it.
+func (m *codeManager) defaultContext(ctx context.Context, rawLang string) (*codeContext, error) {
+	lang := normalizeLanguage(rawLang)
+	m.mu.Lock()
+	if id, ok := m.defaults[lang]; ok {
+		if c, ok := m.contexts[id]; ok {
+			m.mu.Unlock()
+			return c, nil
+		}
+	}
+	m.mu.Unlock()
+	c, err := m.newContext(ctx, rawLang, "")
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if id, ok := m.defaults[lang]; ok { // lost a race: keep the first
+		if other, ok := m.contexts[id]; ok {
+			delete(m.contexts, c.id)
+			if c.interp != nil {
+				go c.interp.Close()
+			}
+			return other, nil
+		}
+	}
+	m.defaults[lang] = c.id
+	return c, nil
+}
+
+// codeRequest is the body of POST /code.
+type codeRequest struct {
+	Context *struct {
+		ID       string `json:"id"`
+		Language string `json:"language"`
+	} `json:"context"`
+	Language  string  `json:"language"`
+	Code      *string `json:"code"`
+	TimeoutMs int64   `json:"timeoutMs"`
+	Timeout   int64   `json:"timeout"`
+}
+
+func (m *codeManager) run(w http.ResponseWriter, r *http.Request) {
+	var req codeRequest
+	if !m.h.decodeJSON(w, r, &req) {
+		return
+	}
+	if req.Code == nil {
+		writeError(w, http.StatusBadRequest, CodeInvalidRequestBody, "code is required")
+		return
+	}
+	var c *codeContext
+	var err error
+	lang := req.Language
+	id := ""
+	if req.Context != nil {
+		id = req.Context.ID
+		if req.Context.Language != "" {
+			lang = req.Context.Language
+		}
+	}
+	switch {
+	case id != "":
+		var ok bool
+		if c, ok = m.lookup(id); !ok {
+			writeError(w, http.StatusNotFound, CodeContextNotFound, fmt.Sprintf("code context %q not found", id))
+			return
+		}
+	case lang == "":
+		lang = "python"
+		fallthrough
+	default:
+		if c, err = m.defaultContext(r.Context(), lang); err != nil {
+			writeErr(w, err)
+			return
+		}
+	}
+	timeout := req.TimeoutMs
+	if timeout == 0 {
+		timeout = req.Timeout
+	}
+	m.execute(w, r, c, *req.Code, m.h.execTimeout(timeout))
+}
+
+// execute runs code in c and streams the events. A context runs one
+// execution at a time: a second gets 409 CONTEXT_BUSY.
+func (m *codeManager) execute(w http.ResponseWriter, r *http.Request, c *codeContext, code string, timeout time.Duration) {
+	if !c.run.TryLock() {
+		writeErr(w, fmt.Errorf("%w: code context %s is running another execution; wait for it or interrupt it with DELETE /code?id=%s", ErrBusy, c.id, c.id))
+		return
+	}
+	defer c.run.Unlock()
+	release, err := m.h.opts.Limiter.Acquire(r.Context())
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	defer release()
+
+	if c.language == "bash" {
+		m.h.commands.stream(w, r, commandRequest{Command: code, Cwd: c.cwd}, timeout)
+		return
+	}
+
+	ctx, cancelTimeout := context.WithTimeoutCause(r.Context(), timeout, fmt.Errorf("%w after %s", ErrTimeout, timeout))
+	defer cancelTimeout()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+
+	execID := newID()
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		writeError(w, http.StatusNotFound, CodeContextNotFound, "code context was deleted")
+		return
+	}
+	it := c.interp
+	if it == nil {
+		// The previous interpreter was lost (timeout, crash): start afresh.
+		c.mu.Unlock()
+		it, err = m.h.opts.Backend.NewInterpreter(ctx, c.language, c.cwd)
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		c.mu.Lock()
+		c.interp = it
+	}
+	c.count++
+	count := c.count
+	c.execID = execID
+	c.cancel = cancel
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		c.execID, c.cancel = "", nil
+		c.mu.Unlock()
+	}()
+
+	s := newStream(w)
+	start := time.Now()
+	s.send(Event{Type: EventInit, Text: execID})
+	s.send(Event{Type: EventExecutionCount, ExecutionCount: count})
+	stop := make(chan struct{})
+	defer close(stop)
+	go s.keepAlive(m.h.opts.KeepAlive, stop)
+
+	b := &budget{limit: m.h.opts.OutputLimitBytes}
+	out := &streamOutput{s: s, count: count, budget: b}
+	b.onLimit = func() { cancel(fmt.Errorf("%w: more than %d bytes", ErrOutputLimit, b.limit)) }
+
+	execErr, err := it.Run(ctx, code, out)
+	if err == nil && b.exceeded() {
+		err = context.Cause(ctx)
+	}
+	if err != nil {
+		if errors.Is(err, ErrContextLost) {
+			c.mu.Lock()
+			if c.interp == it {
+				c.interp = nil
+			}
+			c.mu.Unlock()
+			_ = it.Close()
+		}
+		s.send(Event{Type: EventError, ExecutionCount: count, Error: failure(err)})
+		return
+	}
+	if execErr != nil {
+		s.send(Event{Type: EventError, ExecutionCount: count, Error: execErr})
+		return
+	}
+	s.send(Event{Type: EventExecutionComplete, ExecutionCount: count, ExecutionTime: time.Since(start).Milliseconds()})
+}
+
+// failure turns a system error of an execution into the error event body.
+func failure(err error) *ExecError {
+	name := "RuntimeError"
+	switch {
+	case errors.Is(err, ErrTimeout):
+		name = "TimeoutError"
+	case errors.Is(err, ErrInterrupted):
+		name = "KeyboardInterrupt"
+	case errors.Is(err, ErrOutputLimit):
+		name = "OutputLimitExceeded"
+	case errors.Is(err, ErrOverloaded):
+		name = "Overloaded"
+	}
+	msg := err.Error()
+	if errors.Is(err, ErrContextLost) {
+		msg += " (the context was restarted: variables defined before are gone)"
+	}
+	return &ExecError{EName: name, EValue: msg, Traceback: []string{name + ": " + msg}}
+}
+
+// streamOutput adapts an execution's output to stream events.
+type streamOutput struct {
+	s      *stream
+	count  int
+	budget *budget
+}
+
+func (o *streamOutput) write(typ string, p []byte) {
+	o.budget.capped(writerFunc(func(b []byte) (int, error) {
+		o.s.send(Event{Type: typ, Text: string(b)})
+		return len(b), nil
+	})).Write(p)
+}
+
+func (o *streamOutput) Stdout(p []byte) { o.write(EventStdout, p) }
+func (o *streamOutput) Stderr(p []byte) { o.write(EventStderr, p) }
+func (o *streamOutput) Result(bundle map[string]string) {
+	res := make(map[string]string, len(bundle))
+	for k, v := range bundle {
+		if k == "text/plain" {
+			k = "text"
+		}
+		res[k] = v
+	}
+	o.s.send(Event{Type: EventResult, ExecutionCount: o.count, Results: res})
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+func (m *codeManager) interrupt(w http.ResponseWriter, r *http.Request) {
+	id := r.URL.Query().Get("id")
+	if id == "" {
+		writeError(w, http.StatusBadRequest, CodeMissingQuery, "query parameter id is required")
+		return
+	}
+	m.mu.Lock()
+	var target *codeContext
+	for _, c := range m.contexts {
+		c.mu.Lock()
+		if c.id == id || c.execID == id {
+			target = c
+		}
+		c.mu.Unlock()
+	}
+	m.mu.Unlock()
+	if target == nil {
+		writeError(w, http.StatusNotFound, CodeContextNotFound, fmt.Sprintf("no code context or execution %q", id))
+		return
+	}
+	target.mu.Lock()
+	if target.cancel != nil {
+		target.cancel(fmt.Errorf("%w by a client request", ErrInterrupted))
+	}
+	target.mu.Unlock()
+	w.WriteHeader(http.StatusOK)
+}

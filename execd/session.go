@@ -1,0 +1,162 @@
+package execd
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// shellSession is a persistent shell: cwd, variables and functions survive
+// between runs. It runs one command at a time.
+type shellSession struct {
+	id   string
+	sess Session
+	run  sync.Mutex
+}
+
+type sessionManager struct {
+	h    *Handler
+	mu   sync.Mutex
+	byID map[string]*shellSession
+}
+
+func newSessionManager(h *Handler) *sessionManager {
+	return &sessionManager{h: h, byID: map[string]*shellSession{}}
+}
+
+func (m *sessionManager) create(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Cwd  string            `json:"cwd"`
+		Envs map[string]string `json:"envs"`
+		Env  map[string]string `json:"env"`
+	}
+	if r.ContentLength != 0 {
+		if !m.h.decodeJSON(w, r, &req) {
+			return
+		}
+	}
+	env := req.Envs
+	if env == nil {
+		env = req.Env
+	}
+	m.mu.Lock()
+	n := len(m.byID)
+	m.mu.Unlock()
+	if n >= m.h.opts.MaxContexts {
+		writeErr(w, fmt.Errorf("%w: this sandbox already has %d sessions; delete one first", ErrOverloaded, n))
+		return
+	}
+	sess, err := m.h.opts.Backend.NewSession(r.Context(), req.Cwd, env)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	s := &shellSession{id: newID(), sess: sess}
+	m.mu.Lock()
+	m.byID[s.id] = s
+	m.mu.Unlock()
+	writeJSON(w, http.StatusOK, map[string]string{"session_id": s.id, "id": s.id})
+}
+
+func (m *sessionManager) lookup(id string) (*shellSession, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, ok := m.byID[id]
+	return s, ok
+}
+
+func (m *sessionManager) run(w http.ResponseWriter, r *http.Request) {
+	s, ok := m.lookup(r.PathValue("id"))
+	if !ok {
+		writeError(w, http.StatusNotFound, CodeNotFound, fmt.Sprintf("session %q not found", r.PathValue("id")))
+		return
+	}
+	var req struct {
+		Command string `json:"command"`
+		Code    string `json:"code"`
+		Timeout int64  `json:"timeout"`
+	}
+	if !m.h.decodeJSON(w, r, &req) {
+		return
+	}
+	src := req.Command
+	if src == "" {
+		src = req.Code
+	}
+	if src == "" {
+		writeError(w, http.StatusBadRequest, CodeInvalidRequestBody, "command is required")
+		return
+	}
+	if !s.run.TryLock() {
+		writeErr(w, fmt.Errorf("%w: session %s is running another command", ErrBusy, s.id))
+		return
+	}
+	defer s.run.Unlock()
+	release, err := m.h.opts.Limiter.Acquire(r.Context())
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	defer release()
+
+	timeout := m.h.execTimeout(req.Timeout)
+	ctx, cancelTimeout := context.WithTimeoutCause(r.Context(), timeout, fmt.Errorf("%w after %s", ErrTimeout, timeout))
+	defer cancelTimeout()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+
+	st := newStream(w)
+	start := time.Now()
+	st.send(Event{Type: EventInit, Text: newID()})
+	stop := make(chan struct{})
+	defer close(stop)
+	go st.keepAlive(m.h.opts.KeepAlive, stop)
+	emit := func(typ, text string) { st.send(Event{Type: typ, Text: text}) }
+	stdout := &lineWriter{typ: EventStdout, emit: emit}
+	stderr := &lineWriter{typ: EventStderr, emit: emit}
+	b := &budget{limit: m.h.opts.OutputLimitBytes}
+	b.onLimit = func() { cancel(fmt.Errorf("%w: more than %d bytes", ErrOutputLimit, b.limit)) }
+	code, rerr := s.sess.Run(ctx, src, b.capped(stdout), b.capped(stderr))
+	stdout.Flush()
+	stderr.Flush()
+	if ctx.Err() != nil {
+		st.send(Event{Type: EventError, Error: &ExecError{EName: "CommandExecError", EValue: strconv.Itoa(code), Traceback: []string{context.Cause(ctx).Error()}}})
+		return
+	}
+	if rerr != nil || code != 0 {
+		tb := []string{}
+		if rerr != nil {
+			tb = append(tb, rerr.Error())
+		}
+		st.send(Event{Type: EventError, Error: &ExecError{EName: "CommandExecError", EValue: strconv.Itoa(code), Traceback: tb}})
+		return
+	}
+	st.send(Event{Type: EventExecutionComplete, ExecutionTime: time.Since(start).Milliseconds()})
+}
+
+func (m *sessionManager) delete(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	m.mu.Lock()
+	s, ok := m.byID[id]
+	delete(m.byID, id)
+	m.mu.Unlock()
+	if !ok {
+		writeError(w, http.StatusNotFound, CodeNotFound, fmt.Sprintf("session %q not found", id))
+		return
+	}
+	_ = s.sess.Close()
+	w.WriteHeader(http.StatusOK)
+}
+
+func (m *sessionManager) closeAll() {
+	m.mu.Lock()
+	all := m.byID
+	m.byID = map[string]*shellSession{}
+	m.mu.Unlock()
+	for _, s := range all {
+		_ = s.sess.Close()
+	}
+}

@@ -1,0 +1,80 @@
+// Package runtimes declares what a sandbox backend provides (the Runtime
+// and Sandbox interfaces), the shared sentinel errors, and the Router that
+// picks a backend for a create request.
+package runtimes
+
+import (
+	"context"
+	"errors"
+	"net/http"
+)
+
+// Sentinel errors. Backends wrap them with context; the server maps them to
+// HTTP statuses in one place.
+var (
+	// ErrNotFound: no such sandbox.
+	ErrNotFound = errors.New("not found")
+	// ErrInvalid: the request cannot be served as given (400).
+	ErrInvalid = errors.New("invalid request")
+	// ErrNotSupported: this backend cannot do it; the message names one that can.
+	ErrNotSupported = errors.New("not supported")
+	// ErrUnavailable: the backend is not ready (guests missing, daemon down).
+	ErrUnavailable = errors.New("backend unavailable")
+)
+
+// Spec is everything a backend needs to create or restore a sandbox.
+type Spec struct {
+	ID          string
+	Image       string
+	Entrypoint  []string
+	Env         map[string]string
+	MemoryBytes int64 // 0 = backend default
+	CPUMillis   int64 // 0 = unlimited
+	Extensions  map[string]string
+	// Dir is the sandbox's own host directory (created by the server); a
+	// backend keeps all of its per-sandbox state below it.
+	Dir string
+}
+
+// Sandbox is a live sandbox.
+type Sandbox interface {
+	// Execd is the sandbox's execd API (PROTOCOL.md section 3).
+	Execd() http.Handler
+	// Proxy returns a reverse proxy to port inside the sandbox.
+	//
+	// # Errors
+	// ErrNotSupported when the sandbox has no network (wasm).
+	Proxy(port int) (http.Handler, error)
+	// Pause stops the sandbox from running anything until Resume; its
+	// state is kept.
+	Pause(ctx context.Context) error
+	// Resume undoes Pause.
+	Resume(ctx context.Context) error
+	// Close releases the sandbox's in-memory resources. Files stay: Destroy
+	// removes them.
+	Close(ctx context.Context) error
+}
+
+// Runtime is one backend.
+type Runtime interface {
+	// Name is the value of extensions["hybox.io/runtime"] that selects it.
+	Name() string
+	// Validate checks that spec can be served, before anything is created.
+	//
+	// # Errors
+	// ErrInvalid or ErrNotSupported, with a message for the user.
+	Validate(spec Spec) error
+	// Create makes a new sandbox and returns it ready to serve execd.
+	Create(ctx context.Context, spec Spec) (Sandbox, error)
+	// Restore re-attaches a sandbox that existed before a server restart.
+	//
+	// # Errors
+	// ErrNotFound when its state is gone.
+	Restore(ctx context.Context, spec Spec) (Sandbox, error)
+	// Destroy removes every trace of the sandbox. It succeeds when there is
+	// nothing left to remove.
+	Destroy(ctx context.Context, spec Spec) error
+}
+
+// ExtensionRuntime is the extensions key that selects a runtime.
+const ExtensionRuntime = "hybox.io/runtime"

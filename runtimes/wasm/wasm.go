@@ -1,0 +1,318 @@
+// Package wasm is the in-process WebAssembly backend: each sandbox is a
+// workspace directory (its guests' only filesystem, through an os.Root),
+// persistent CPython and QuickJS interpreters running under wazero, and a
+// POSIX shell interpreter whose programs resolve to those guests and to
+// built-in utilities. Nothing of the host is reachable: no host process is
+// ever started and guests have no sockets.
+package wasm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hybox-dev/hybox/execd"
+	"github.com/hybox-dev/hybox/runtimes"
+	"github.com/hybox-dev/hybox/runtimes/wasm/engine"
+	"github.com/hybox-dev/hybox/runtimes/wasm/wsh"
+)
+
+// Guest runs one interpreter language: persistent contexts and one-shot
+// commands. pyguest.Manager and jsguest.Manager implement it.
+type Guest interface {
+	NewInterpreter(ctx context.Context, root *os.Root, cwd string, memLimitBytes int64) (execd.Interpreter, error)
+	RunCommand(ctx context.Context, cmd engine.Command) (int, error)
+}
+
+// Options configures the backend.
+type Options struct {
+	Python     Guest // required
+	JavaScript Guest // required
+	// Exec configures every sandbox's execd handler; Backend is set per
+	// sandbox.
+	Exec execd.Options
+	// DefaultMemoryBytes caps a guest instance's memory when the sandbox
+	// asks for none (default 512 MiB).
+	DefaultMemoryBytes int64
+	// MaxMemoryBytes caps what a sandbox may ask for (default 4 GiB, the
+	// wasm32 limit).
+	MaxMemoryBytes int64
+}
+
+// Validate fills defaults.
+//
+// # Errors
+// When a guest is missing.
+func (o *Options) Validate() error {
+	if o.Python == nil || o.JavaScript == nil {
+		return errors.New("wasm: Python and JavaScript guests are required")
+	}
+	if o.DefaultMemoryBytes <= 0 {
+		o.DefaultMemoryBytes = 512 << 20
+	}
+	if o.MaxMemoryBytes <= 0 {
+		o.MaxMemoryBytes = 4 << 30
+	}
+	return nil
+}
+
+// Runtime is the wasm backend.
+type Runtime struct {
+	opts Options
+}
+
+var _ runtimes.Runtime = (*Runtime)(nil)
+
+// New returns the backend.
+//
+// # Errors
+// When opts are invalid.
+func New(opts Options) (*Runtime, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	return &Runtime{opts: opts}, nil
+}
+
+// Name is "wasm".
+func (r *Runtime) Name() string { return "wasm" }
+
+// Validate refuses what a wasm sandbox cannot do.
+func (r *Runtime) Validate(spec runtimes.Spec) error {
+	if spec.MemoryBytes > r.opts.MaxMemoryBytes {
+		return fmt.Errorf("%w: memory %d bytes exceeds the wasm limit of %d bytes", runtimes.ErrInvalid, spec.MemoryBytes, r.opts.MaxMemoryBytes)
+	}
+	if img := spec.Image; strings.HasPrefix(img, "wasm://") {
+		switch strings.TrimPrefix(img, "wasm://") {
+		case "default", "python", "javascript", "":
+		default:
+			return fmt.Errorf("%w: unknown wasm image %q (available: wasm://default)", runtimes.ErrInvalid, img)
+		}
+	}
+	return nil
+}
+
+// Directories created in every workspace.
+var workspaceDirs = []string{"workspace", "tmp", "home/user"}
+
+const defaultCwd = "/workspace"
+
+func fsDir(spec runtimes.Spec) string { return filepath.Join(spec.Dir, "fs") }
+
+// Create makes the workspace and starts the sandbox.
+func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Sandbox, error) {
+	dir := fsDir(spec)
+	for _, d := range workspaceDirs {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			return nil, fmt.Errorf("workspace: %w", err)
+		}
+	}
+	return r.open(spec)
+}
+
+// Restore re-opens an existing workspace.
+func (r *Runtime) Restore(ctx context.Context, spec runtimes.Spec) (runtimes.Sandbox, error) {
+	if _, err := os.Stat(fsDir(spec)); err != nil {
+		return nil, fmt.Errorf("%w: workspace of %s: %v", runtimes.ErrNotFound, spec.ID, err)
+	}
+	return r.open(spec)
+}
+
+// Destroy removes the workspace.
+func (r *Runtime) Destroy(ctx context.Context, spec runtimes.Spec) error {
+	if err := os.RemoveAll(fsDir(spec)); err != nil {
+		return fmt.Errorf("remove workspace: %w", err)
+	}
+	return nil
+}
+
+func (r *Runtime) open(spec runtimes.Spec) (*Sandbox, error) {
+	root, err := os.OpenRoot(fsDir(spec))
+	if err != nil {
+		return nil, fmt.Errorf("open workspace: %w", err)
+	}
+	mem := spec.MemoryBytes
+	if mem <= 0 {
+		mem = r.opts.DefaultMemoryBytes
+	}
+	env := map[string]string{
+		"HOME": "/home/user", "USER": "user", "PATH": "/usr/local/bin:/usr/bin:/bin",
+		"LANG": "C.UTF-8", "PWD": defaultCwd, "TMPDIR": "/tmp",
+	}
+	for k, v := range spec.Env {
+		env[k] = v
+	}
+	s := &Sandbox{rt: r, root: root, mem: mem, env: env, created: time.Now()}
+	s.shell = wsh.Options{
+		Root: root,
+		Programs: map[string]wsh.Program{
+			"python":  r.opts.Python.RunCommand,
+			"python3": r.opts.Python.RunCommand,
+			"node":    r.opts.JavaScript.RunCommand,
+		},
+		Env:              env,
+		MemoryLimitBytes: mem,
+		UnknownHint:      "(this is a wasm sandbox: only python, python3, node and built-in utilities run here; create the sandbox with extensions {\"hybox.io/runtime\":\"runc\"} to run other programs)",
+	}
+	eo := r.opts.Exec
+	eo.Backend = s
+	h, err := execd.New(eo)
+	if err != nil {
+		_ = root.Close()
+		return nil, err
+	}
+	s.execd = h
+	return s, nil
+}
+
+// Sandbox is one wasm sandbox.
+type Sandbox struct {
+	rt      *Runtime
+	root    *os.Root
+	mem     int64
+	env     map[string]string
+	shell   wsh.Options
+	execd   *execd.Handler
+	created time.Time
+
+	mu     sync.Mutex
+	paused bool
+}
+
+var (
+	_ runtimes.Sandbox = (*Sandbox)(nil)
+	_ execd.Backend    = (*Sandbox)(nil)
+)
+
+// Execd serves the execd API; while paused it answers 409.
+func (s *Sandbox) Execd() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		paused := s.paused
+		s.mu.Unlock()
+		if paused && r.URL.Path != "/ping" {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusConflict)
+			_, _ = io.WriteString(w, `{"code":"SANDBOX_PAUSED","message":"the sandbox is paused; resume it first"}`)
+			return
+		}
+		s.execd.ServeHTTP(w, r)
+	})
+}
+
+// Proxy is not supported: wasm guests have no sockets.
+func (s *Sandbox) Proxy(port int) (http.Handler, error) {
+	return nil, fmt.Errorf("%w: wasm sandboxes have no network ports; create the sandbox with extensions {\"hybox.io/runtime\":\"runc\"} to serve port %d", runtimes.ErrNotSupported, port)
+}
+
+// Pause refuses new executions until Resume; interpreter state is kept.
+func (s *Sandbox) Pause(ctx context.Context) error {
+	s.mu.Lock()
+	s.paused = true
+	s.mu.Unlock()
+	return nil
+}
+
+// Resume allows executions again.
+func (s *Sandbox) Resume(ctx context.Context) error {
+	s.mu.Lock()
+	s.paused = false
+	s.mu.Unlock()
+	return nil
+}
+
+// Close stops everything running and closes the workspace root.
+func (s *Sandbox) Close(ctx context.Context) error {
+	s.execd.Close()
+	return s.root.Close()
+}
+
+// Root is the workspace.
+func (s *Sandbox) Root() *os.Root { return s.root }
+
+// Languages lists python and javascript.
+func (s *Sandbox) Languages() []string { return []string{"python", "javascript"} }
+
+// NewInterpreter starts a persistent context.
+func (s *Sandbox) NewInterpreter(ctx context.Context, language, cwd string) (execd.Interpreter, error) {
+	if cwd == "" {
+		cwd = defaultCwd
+	}
+	switch language {
+	case "python":
+		return s.rt.opts.Python.NewInterpreter(ctx, s.root, cwd, s.mem)
+	case "javascript":
+		return s.rt.opts.JavaScript.NewInterpreter(ctx, s.root, cwd, s.mem)
+	case "typescript":
+		return nil, fmt.Errorf("%w: typescript is not available in a wasm sandbox; use javascript, or create the sandbox with extensions {\"hybox.io/runtime\":\"runc\"} and an image with a TypeScript runtime", execd.ErrUnknownLanguage)
+	default:
+		return nil, fmt.Errorf("%w: %q is not available in a wasm sandbox (available: python, javascript, bash)", execd.ErrUnknownLanguage, language)
+	}
+}
+
+// StartCommand runs src in the wasm shell.
+func (s *Sandbox) StartCommand(ctx context.Context, spec execd.ProcessSpec) (execd.Process, error) {
+	if spec.UID != nil || spec.GID != nil {
+		return nil, fmt.Errorf("%w: uid/gid are not available in a wasm sandbox", execd.ErrNotSupported)
+	}
+	cwd := spec.Cwd
+	if cwd == "" {
+		cwd = defaultCwd
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	p := &process{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		p.code, p.err = wsh.Run(ctx, s.shell, spec.Command, cwd, spec.Env, nil, spec.Stdout, spec.Stderr)
+		if p.err != nil && ctx.Err() != nil {
+			p.err = nil // the caller knows why it was stopped
+		}
+	}()
+	return p, nil
+}
+
+// NewSession starts a persistent shell.
+func (s *Sandbox) NewSession(ctx context.Context, cwd string, env map[string]string) (execd.Session, error) {
+	if cwd == "" {
+		cwd = defaultCwd
+	}
+	return wsh.NewSession(s.shell, cwd, env)
+}
+
+// Metrics reports the host's CPU count and the Go heap as a stand-in for
+// the sandbox's memory (wasm guests share the server process).
+func (s *Sandbox) Metrics(ctx context.Context) (execd.Metrics, error) {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return execd.Metrics{
+		CPUCount:    float64(runtime.NumCPU()),
+		MemTotalMiB: float64(s.mem) / (1 << 20),
+		MemUsedMiB:  float64(ms.HeapInuse) / (1 << 20),
+		Timestamp:   time.Now().UnixMilli(),
+	}, nil
+}
+
+type process struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	code   int
+	err    error
+}
+
+func (p *process) Wait() (int, error) {
+	<-p.done
+	return p.code, p.err
+}
+
+func (p *process) Kill() error {
+	p.cancel()
+	return nil
+}

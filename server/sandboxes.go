@@ -1,0 +1,428 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/hybox-dev/hybox/runtimes"
+)
+
+// maxBodyBytes caps lifecycle request bodies.
+const maxBodyBytes = 1 << 20
+
+// reservedPrefix marks metadata keys that users may not set.
+const reservedPrefix = "opensandbox.io/"
+
+func decodeBody(c *gin.Context, v any) error {
+	body := http.MaxBytesReader(c.Writer, c.Request.Body, maxBodyBytes)
+	dec := json.NewDecoder(body)
+	if err := dec.Decode(v); err != nil {
+		if err == io.EOF {
+			return badRequest("request body is empty")
+		}
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return &apiError{http.StatusRequestEntityTooLarge, codePayloadTooLarge, fmt.Sprintf("request body exceeds %d bytes", mbe.Limit)}
+		}
+		return badRequest("invalid JSON: " + err.Error())
+	}
+	if dec.More() {
+		return badRequest("invalid JSON: trailing data after the object")
+	}
+	return nil
+}
+
+func validateMetadata(md map[string]string) error {
+	for k := range md {
+		if k == "" {
+			return badRequest("metadata keys must not be empty")
+		}
+		if strings.HasPrefix(k, reservedPrefix) {
+			return badRequest(fmt.Sprintf("metadata key %q uses the reserved prefix %q", k, reservedPrefix))
+		}
+		if len(k) > 253 {
+			return badRequest(fmt.Sprintf("metadata key %q is longer than 253 characters", k[:32]+"..."))
+		}
+	}
+	return nil
+}
+
+func (s *Server) createSandbox(c *gin.Context) {
+	var req CreateSandboxRequest
+	if err := decodeBody(c, &req); err != nil {
+		s.abortErr(c, err)
+		return
+	}
+	rec, err := s.recordFromRequest(&req)
+	if err != nil {
+		s.abortErr(c, err)
+		return
+	}
+	rt, err := s.opts.Router.Select(s.spec(rec))
+	if err != nil {
+		s.abortErr(c, err)
+		return
+	}
+	rec.Runtime = rt.Name()
+	unlock := s.lock(rec.ID)
+	defer unlock()
+	rec.State, rec.LastTransitionAt = StatePending, time.Now().UTC()
+	if err := s.store.put(rec); err != nil {
+		s.abortErr(c, err)
+		return
+	}
+	sb, err := rt.Create(c.Request.Context(), s.spec(rec))
+	if err != nil {
+		s.log.Warn("create sandbox", "id", rec.ID, "runtime", rec.Runtime, "err", err)
+		_ = rt.Destroy(c.Request.Context(), s.spec(rec))
+		s.setState(rec, StateFailed, "CreateFailed", err.Error())
+		s.abortErr(c, err)
+		return
+	}
+	s.mu.Lock()
+	s.live[rec.ID] = sb
+	s.mu.Unlock()
+	s.setState(rec, StateRunning, "", "")
+	c.JSON(http.StatusAccepted, rec.wire())
+}
+
+func (s *Server) recordFromRequest(req *CreateSandboxRequest) (*Record, error) {
+	if req.SnapshotID != "" {
+		return nil, &apiError{http.StatusBadRequest, codeNotSupported, "snapshots are not supported yet; create the sandbox from an image"}
+	}
+	if req.Image == nil || strings.TrimSpace(req.Image.URI) == "" {
+		return nil, badRequest("image.uri is required (for example \"wasm://default\")")
+	}
+	if err := validateMetadata(req.Metadata); err != nil {
+		return nil, err
+	}
+	for k := range req.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return nil, badRequest(fmt.Sprintf("env name %q is not valid", k))
+		}
+	}
+	if p := req.Platform; p != nil {
+		if p.OS != "" && p.OS != "linux" {
+			return nil, badRequest(fmt.Sprintf("platform.os %q is not supported (linux)", p.OS))
+		}
+		if p.Arch != "" && p.Arch != "amd64" && p.Arch != "arm64" {
+			return nil, badRequest(fmt.Sprintf("platform.arch %q is not supported (amd64, arm64)", p.Arch))
+		}
+	}
+	now := time.Now().UTC()
+	rec := &Record{
+		ID: newID(), Image: strings.TrimSpace(req.Image.URI), Entrypoint: req.Entrypoint, Env: req.Env,
+		Metadata: req.Metadata, Extensions: req.Extensions, ResourceLimits: req.ResourceLimits,
+		Platform: req.Platform, CreatedAt: now, Token: newToken(),
+	}
+	if req.Timeout != nil {
+		t := *req.Timeout
+		if math.IsNaN(t) || math.IsInf(t, 0) || t < s.opts.MinTimeout.Seconds() {
+			return nil, badRequest(fmt.Sprintf("timeout must be at least %d seconds (or null for no expiry)", int(s.opts.MinTimeout.Seconds())))
+		}
+		if t > s.opts.MaxTimeout.Seconds() {
+			return nil, badRequest(fmt.Sprintf("timeout must be at most %d seconds", int(s.opts.MaxTimeout.Seconds())))
+		}
+		exp := now.Add(time.Duration(t * float64(time.Second)))
+		rec.ExpiresAt = &exp
+	}
+	if v, ok := req.ResourceLimits["memory"]; ok && v != "" {
+		n, err := ParseQuantityBytes(v)
+		if err != nil {
+			return nil, badRequest("resourceLimits.memory: " + err.Error())
+		}
+		rec.MemoryBytes = n
+	}
+	if v, ok := req.ResourceLimits["cpu"]; ok && v != "" {
+		n, err := ParseCPUMillis(v)
+		if err != nil {
+			return nil, badRequest("resourceLimits.cpu: " + err.Error())
+		}
+		rec.CPUMillis = n
+	}
+	return rec, nil
+}
+
+func (s *Server) getRecord(c *gin.Context) (*Record, bool) {
+	r, err := s.store.get(c.Param("id"))
+	if err != nil {
+		s.abortErr(c, err)
+		return nil, false
+	}
+	return r, true
+}
+
+func (s *Server) getSandbox(c *gin.Context) {
+	r, ok := s.getRecord(c)
+	if !ok {
+		return
+	}
+	c.JSON(http.StatusOK, r.wire())
+}
+
+func (s *Server) deleteSandbox(c *gin.Context) {
+	unlock := s.lock(c.Param("id"))
+	defer unlock()
+	r, ok := s.getRecord(c)
+	if !ok {
+		return
+	}
+	if err := s.destroy(c.Request.Context(), r); err != nil {
+		s.abortErr(c, err)
+		return
+	}
+	c.Status(http.StatusNoContent)
+}
+
+func (s *Server) listSandboxes(c *gin.Context) {
+	q := c.Request.URL.Query()
+	states := map[string]bool{}
+	for _, v := range q["state"] {
+		for _, st := range strings.Split(v, ",") {
+			if st = strings.TrimSpace(st); st != "" {
+				canon := ""
+				for _, known := range allStates {
+					if strings.EqualFold(known, st) {
+						canon = known
+					}
+				}
+				if canon == "" {
+					s.abortErr(c, badRequest(fmt.Sprintf("unknown state %q (known: %s)", st, strings.Join(allStates, ", "))))
+					return
+				}
+				states[canon] = true
+			}
+		}
+	}
+	var md url.Values
+	if v := q.Get("metadata"); v != "" {
+		var err error
+		if md, err = url.ParseQuery(v); err != nil {
+			s.abortErr(c, badRequest("metadata filter must be k=v pairs joined by &: "+err.Error()))
+			return
+		}
+	}
+	page, err := intParam(q, "page", 1)
+	if err != nil {
+		s.abortErr(c, err)
+		return
+	}
+	size, err := intParam(q, "pageSize", 20)
+	if err != nil {
+		s.abortErr(c, err)
+		return
+	}
+	if size > 200 {
+		size = 200
+	}
+	recs, err := s.store.list()
+	if err != nil {
+		s.abortErr(c, err)
+		return
+	}
+	var items []Sandbox
+	for _, r := range recs {
+		if len(states) > 0 && !states[r.State] {
+			continue
+		}
+		match := true
+		for k, vs := range md {
+			if got, ok := r.Metadata[k]; !ok || got != vs[len(vs)-1] {
+				match = false
+				break
+			}
+		}
+		if match {
+			items = append(items, r.wire())
+		}
+	}
+	sort.Slice(items, func(i, j int) bool {
+		if !items[i].CreatedAt.Equal(items[j].CreatedAt) {
+			return items[i].CreatedAt.After(items[j].CreatedAt)
+		}
+		return items[i].ID < items[j].ID
+	})
+	total := len(items)
+	pages := (total + size - 1) / size
+	lo := (page - 1) * size
+	if lo > total {
+		lo = total
+	}
+	hi := lo + size
+	if hi > total {
+		hi = total
+	}
+	out := items[lo:hi]
+	if out == nil {
+		out = []Sandbox{}
+	}
+	c.JSON(http.StatusOK, ListSandboxesResponse{Items: out, Pagination: Pagination{
+		Page: page, PageSize: size, TotalItems: total, TotalPages: pages, HasNextPage: page < pages,
+	}})
+}
+
+func intParam(q url.Values, name string, def int) (int, error) {
+	v := q.Get(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		return 0, badRequest(fmt.Sprintf("%s must be a positive integer", name))
+	}
+	return n, nil
+}
+
+func (s *Server) patchMetadata(c *gin.Context) {
+	unlock := s.lock(c.Param("id"))
+	defer unlock()
+	r, ok := s.getRecord(c)
+	if !ok {
+		return
+	}
+	var patch map[string]*string
+	if err := decodeBody(c, &patch); err != nil {
+		s.abortErr(c, err)
+		return
+	}
+	next := map[string]string{}
+	for k, v := range r.Metadata {
+		next[k] = v
+	}
+	for k, v := range patch {
+		if v == nil {
+			delete(next, k)
+			continue
+		}
+		next[k] = *v
+	}
+	if err := validateMetadata(next); err != nil {
+		s.abortErr(c, err)
+		return
+	}
+	r.Metadata = next
+	if err := s.store.put(r); err != nil {
+		s.abortErr(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, r.wire())
+}
+
+func (s *Server) liveSandbox(id string) (runtimes.Sandbox, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb, ok := s.live[id]
+	return sb, ok
+}
+
+func (s *Server) pauseSandbox(c *gin.Context)  { s.transition(c, true) }
+func (s *Server) resumeSandbox(c *gin.Context) { s.transition(c, false) }
+
+func (s *Server) transition(c *gin.Context, pause bool) {
+	unlock := s.lock(c.Param("id"))
+	defer unlock()
+	r, ok := s.getRecord(c)
+	if !ok {
+		return
+	}
+	from, mid, to := StateRunning, StatePausing, StatePaused
+	if !pause {
+		from, mid, to = StatePaused, StateResuming, StateRunning
+	}
+	if r.State != from {
+		s.abortErr(c, fmt.Errorf("%w: sandbox %s is %s; it must be %s", errInvalidState, r.ID, r.State, from))
+		return
+	}
+	sb, ok := s.liveSandbox(r.ID)
+	if !ok {
+		s.abortErr(c, fmt.Errorf("%w: sandbox %s is not attached", runtimes.ErrUnavailable, r.ID))
+		return
+	}
+	s.setState(r, mid, "", "")
+	var err error
+	if pause {
+		err = sb.Pause(c.Request.Context())
+	} else {
+		err = sb.Resume(c.Request.Context())
+	}
+	if err != nil {
+		s.setState(r, from, "TransitionFailed", err.Error())
+		s.abortErr(c, err)
+		return
+	}
+	s.setState(r, to, "", "")
+	c.Status(http.StatusAccepted)
+}
+
+func (s *Server) renewSandbox(c *gin.Context) {
+	unlock := s.lock(c.Param("id"))
+	defer unlock()
+	r, ok := s.getRecord(c)
+	if !ok {
+		return
+	}
+	var req struct {
+		ExpiresAt *time.Time `json:"expiresAt"`
+	}
+	if err := decodeBody(c, &req); err != nil {
+		s.abortErr(c, err)
+		return
+	}
+	if req.ExpiresAt == nil {
+		s.abortErr(c, badRequest("expiresAt is required (RFC 3339)"))
+		return
+	}
+	exp := req.ExpiresAt.UTC()
+	if !exp.After(time.Now()) {
+		s.abortErr(c, badRequest("expiresAt must be in the future"))
+		return
+	}
+	if exp.Sub(time.Now()) > s.opts.MaxTimeout {
+		s.abortErr(c, badRequest(fmt.Sprintf("expiresAt must be within %s from now", s.opts.MaxTimeout)))
+		return
+	}
+	r.ExpiresAt = &exp
+	if err := s.store.put(r); err != nil {
+		s.abortErr(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"expiresAt": exp})
+}
+
+// execdPort is the sandbox port of the execd API.
+const execdPort = 44772
+
+func (s *Server) getEndpoint(c *gin.Context) {
+	r, ok := s.getRecord(c)
+	if !ok {
+		return
+	}
+	port, err := strconv.Atoi(c.Param("port"))
+	if err != nil || port < 1 || port > 65535 {
+		s.abortErr(c, badRequest("port must be an integer from 1 to 65535"))
+		return
+	}
+	host := s.opts.PublicHost
+	if host == "" {
+		host = c.Request.Host
+	}
+	prefix := ""
+	if strings.HasPrefix(c.Request.URL.Path, "/v1/") {
+		prefix = "/v1"
+	}
+	c.JSON(http.StatusOK, Endpoint{
+		Endpoint: fmt.Sprintf("%s%s/sandboxes/%s/proxy/%d", host, prefix, r.ID, port),
+		Headers:  map[string]string{headerExecdToken: r.Token},
+	})
+}

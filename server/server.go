@@ -1,0 +1,305 @@
+// Package server is hybox's lifecycle API: the OpenSandbox-compatible REST
+// routes (gin), API-key authentication, persistence of sandbox records in an
+// embedded database, the TTL reaper, the proxy route that carries each
+// sandbox's execd API, and the one-shot run endpoint.
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/google/uuid"
+
+	"github.com/hybox-dev/hybox/runtimes"
+)
+
+// Options configures a Server.
+type Options struct {
+	// DataDir holds the database and every sandbox's directory. Required.
+	DataDir string
+	// APIKey is required in OPEN-SANDBOX-API-KEY unless Insecure.
+	APIKey string
+	// Insecure serves without authentication. It must be chosen explicitly.
+	Insecure bool
+	// Router picks a runtime for each sandbox. Required.
+	Router *runtimes.Router
+	// PublicHost is the host[:port] put into endpoints; "" = the request's Host.
+	PublicHost string
+	// ReapInterval is how often expired sandboxes are looked for (default 5 s).
+	ReapInterval time.Duration
+	// MinTimeout is the smallest sandbox timeout accepted (default 60 s).
+	MinTimeout time.Duration
+	// MaxTimeout caps a sandbox timeout (default 7 days).
+	MaxTimeout time.Duration
+	// OneShotRuntime is the runtime name used for POST /run (default "wasm").
+	OneShotRuntime string
+	// Logger; nil = slog.Default().
+	Logger *slog.Logger
+}
+
+// Validate fills defaults and checks required fields.
+//
+// # Errors
+// When DataDir or Router is missing, or no API key is set without Insecure.
+func (o *Options) Validate() error {
+	if o.DataDir == "" {
+		return errors.New("server: DataDir is required")
+	}
+	if o.Router == nil {
+		return errors.New("server: Router is required")
+	}
+	if o.APIKey == "" && !o.Insecure {
+		return errors.New("server: an API key is required (set --api-key, HYBOX_API_KEY or api_key in the config), or start explicitly with --insecure")
+	}
+	if o.ReapInterval <= 0 {
+		o.ReapInterval = 5 * time.Second
+	}
+	if o.MinTimeout <= 0 {
+		o.MinTimeout = 60 * time.Second
+	}
+	if o.MaxTimeout <= 0 {
+		o.MaxTimeout = 7 * 24 * time.Hour
+	}
+	if o.OneShotRuntime == "" {
+		o.OneShotRuntime = "wasm"
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return nil
+}
+
+// Server is the hybox lifecycle server.
+type Server struct {
+	opts  Options
+	store *store
+	log   *slog.Logger
+	gin   *gin.Engine
+
+	mu   sync.Mutex
+	live map[string]runtimes.Sandbox
+	// locks serialises lifecycle operations per sandbox.
+	locks sync.Map // id → *sync.Mutex
+
+	stopReaper context.CancelFunc
+	reaperDone chan struct{}
+}
+
+// New opens the database, re-attaches surviving sandboxes, deletes expired
+// ones and starts the reaper.
+//
+// # Errors
+// When options are invalid or the data directory or database cannot be opened.
+func New(ctx context.Context, opts Options) (*Server, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	for _, d := range []string{opts.DataDir, filepath.Join(opts.DataDir, "sandboxes"), filepath.Join(opts.DataDir, "tmp")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("data directory: %w", err)
+		}
+	}
+	st, err := openStore(filepath.Join(opts.DataDir, "hybox.db"))
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{opts: opts, store: st, log: opts.Logger, live: map[string]runtimes.Sandbox{}}
+	s.gin = s.routes()
+	if err := s.recover(ctx); err != nil {
+		_ = st.close()
+		return nil, err
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	s.stopReaper = cancel
+	s.reaperDone = make(chan struct{})
+	go s.reaper(rctx)
+	return s, nil
+}
+
+// Handler is the HTTP handler of the whole API.
+func (s *Server) Handler() http.Handler { return s.gin }
+
+// Serve serves on l until ctx is done, then shuts down gracefully.
+func (s *Server) Serve(ctx context.Context, l net.Listener) error {
+	hs := &http.Server{Handler: s.gin, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(l) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return hs.Shutdown(sctx)
+}
+
+// Close stops the reaper, closes live sandboxes (their files stay) and the
+// database.
+func (s *Server) Close(ctx context.Context) error {
+	s.stopReaper()
+	<-s.reaperDone
+	s.mu.Lock()
+	live := s.live
+	s.live = map[string]runtimes.Sandbox{}
+	s.mu.Unlock()
+	for _, sb := range live {
+		_ = sb.Close(ctx)
+	}
+	return s.store.close()
+}
+
+func (s *Server) lock(id string) func() {
+	m, _ := s.locks.LoadOrStore(id, &sync.Mutex{})
+	mu := m.(*sync.Mutex)
+	mu.Lock()
+	return mu.Unlock
+}
+
+func (s *Server) sandboxDir(id string) string {
+	return filepath.Join(s.opts.DataDir, "sandboxes", id)
+}
+
+func (s *Server) spec(r *Record) runtimes.Spec {
+	return runtimes.Spec{ID: r.ID, Image: r.Image, Entrypoint: r.Entrypoint, Env: r.Env,
+		MemoryBytes: r.MemoryBytes, CPUMillis: r.CPUMillis, Extensions: r.Extensions, Dir: s.sandboxDir(r.ID)}
+}
+
+// recover re-attaches every stored sandbox after a restart.
+func (s *Server) recover(ctx context.Context) error {
+	recs, err := s.store.list()
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	for _, r := range recs {
+		if r.ExpiresAt != nil && now.After(*r.ExpiresAt) {
+			s.log.Info("deleting sandbox that expired while the server was down", "id", r.ID, "expiresAt", r.ExpiresAt)
+			if err := s.destroy(ctx, r); err != nil {
+				s.log.Warn("delete expired sandbox", "id", r.ID, "err", err)
+			}
+			continue
+		}
+		if r.State == StateFailed || r.State == StateTerminated {
+			continue
+		}
+		rt, ok := s.opts.Router.Get(r.Runtime)
+		if !ok {
+			s.setState(r, StateFailed, "RuntimeUnavailable", fmt.Sprintf("runtime %q is not available on this server", r.Runtime))
+			continue
+		}
+		sb, err := rt.Restore(ctx, s.spec(r))
+		if err != nil {
+			s.log.Warn("restore sandbox", "id", r.ID, "err", err)
+			s.setState(r, StateFailed, "RestoreFailed", err.Error())
+			continue
+		}
+		switch r.State {
+		case StatePaused, StatePausing:
+			_ = sb.Pause(ctx)
+			s.setState(r, StatePaused, "", "")
+		default:
+			s.setState(r, StateRunning, "", "")
+		}
+		s.mu.Lock()
+		s.live[r.ID] = sb
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+func (s *Server) setState(r *Record, state, reason, msg string) {
+	r.State, r.Reason, r.Message = state, reason, msg
+	r.LastTransitionAt = time.Now().UTC()
+	if err := s.store.put(r); err != nil {
+		s.log.Error("persist sandbox", "id", r.ID, "err", err)
+	}
+}
+
+// destroy removes a sandbox completely: live instance, backend state,
+// directory, record.
+func (s *Server) destroy(ctx context.Context, r *Record) error {
+	s.mu.Lock()
+	sb := s.live[r.ID]
+	delete(s.live, r.ID)
+	s.mu.Unlock()
+	if sb != nil {
+		_ = sb.Close(ctx)
+	}
+	var errs []error
+	if rt, ok := s.opts.Router.Get(r.Runtime); ok {
+		if err := rt.Destroy(ctx, s.spec(r)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := os.RemoveAll(s.sandboxDir(r.ID)); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.store.delete(r.ID); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// reaper deletes expired sandboxes.
+func (s *Server) reaper(ctx context.Context) {
+	defer close(s.reaperDone)
+	t := time.NewTicker(s.opts.ReapInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.reapOnce(ctx)
+		}
+	}
+}
+
+func (s *Server) reapOnce(ctx context.Context) {
+	recs, err := s.store.list()
+	if err != nil {
+		s.log.Error("reaper: list", "err", err)
+		return
+	}
+	now := time.Now()
+	for _, r := range recs {
+		if r.ExpiresAt == nil || now.Before(*r.ExpiresAt) {
+			continue
+		}
+		unlock := s.lock(r.ID)
+		cur, err := s.store.get(r.ID)
+		if err == nil && cur.ExpiresAt != nil && !now.Before(*cur.ExpiresAt) {
+			s.log.Info("reaper: sandbox expired", "id", r.ID)
+			if err := s.destroy(ctx, cur); err != nil {
+				s.log.Warn("reaper: delete", "id", r.ID, "err", err)
+			}
+		}
+		unlock()
+	}
+}
+
+// newID returns a UUID v4 string.
+func newID() string { return uuid.NewString() }
+
+func newToken() string {
+	var b [24]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func constantTimeEqual(a, b string) bool {
+	return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1
+}

@@ -1,0 +1,112 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/hybox-dev/hybox/runtimes"
+)
+
+// Record is the persisted state of one sandbox.
+type Record struct {
+	ID               string            `json:"id"`
+	Image            string            `json:"image"`
+	Runtime          string            `json:"runtime"`
+	Entrypoint       []string          `json:"entrypoint,omitempty"`
+	Env              map[string]string `json:"env,omitempty"`
+	Metadata         map[string]string `json:"metadata,omitempty"`
+	Extensions       map[string]string `json:"extensions,omitempty"`
+	ResourceLimits   map[string]string `json:"resourceLimits,omitempty"`
+	MemoryBytes      int64             `json:"memoryBytes,omitempty"`
+	CPUMillis        int64             `json:"cpuMillis,omitempty"`
+	Platform         *Platform         `json:"platform,omitempty"`
+	State            string            `json:"state"`
+	Reason           string            `json:"reason,omitempty"`
+	Message          string            `json:"message,omitempty"`
+	LastTransitionAt time.Time         `json:"lastTransitionAt"`
+	CreatedAt        time.Time         `json:"createdAt"`
+	ExpiresAt        *time.Time        `json:"expiresAt,omitempty"`
+	// Token authorises requests to this sandbox's execd (X-EXECD-ACCESS-TOKEN).
+	Token string `json:"token"`
+}
+
+// Platform is {"os","arch"}.
+type Platform struct {
+	OS   string `json:"os"`
+	Arch string `json:"arch"`
+}
+
+var bucketSandboxes = []byte("sandboxes")
+
+// store persists records in a bbolt database.
+type store struct {
+	db *bolt.DB
+}
+
+func openStore(path string) (*store, error) {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("open database %s: %w", path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		_, err := tx.CreateBucketIfNotExists(bucketSandboxes)
+		return err
+	})
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	return &store{db: db}, nil
+}
+
+func (s *store) close() error { return s.db.Close() }
+
+func (s *store) put(r *Record) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	return s.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketSandboxes).Put([]byte(r.ID), b)
+	})
+}
+
+func (s *store) get(id string) (*Record, error) {
+	var r *Record
+	err := s.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketSandboxes).Get([]byte(id))
+		if b == nil {
+			return fmt.Errorf("%w: sandbox %s", runtimes.ErrNotFound, id)
+		}
+		r = &Record{}
+		return json.Unmarshal(b, r)
+	})
+	return r, err
+}
+
+func (s *store) delete(id string) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketSandboxes).Delete([]byte(id))
+	})
+}
+
+func (s *store) list() ([]*Record, error) {
+	var out []*Record
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketSandboxes).ForEach(func(k, v []byte) error {
+			r := &Record{}
+			if err := json.Unmarshal(v, r); err != nil {
+				return fmt.Errorf("record %s: %w", k, err)
+			}
+			out = append(out, r)
+			return nil
+		})
+	})
+	return out, err
+}
+
+var errConflict = errors.New("conflict")
