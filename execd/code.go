@@ -381,6 +381,7 @@ func (m *codeManager) execute(w http.ResponseWriter, r *http.Request, c *codeCon
 	}()
 
 	s := newStream(w)
+	defer s.close()
 	start := time.Now()
 	s.send(Event{Type: EventInit, Text: execID})
 	s.send(Event{Type: EventExecutionCount, ExecutionCount: count})

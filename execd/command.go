@@ -151,6 +151,7 @@ func (m *commandManager) stream(w http.ResponseWriter, r *http.Request, req comm
 	defer cancel(nil)
 
 	s := newStream(w)
+	defer s.close()
 	c := &command{id: newID(), content: req.Command, started: time.Now(), running: true, cancel: cancel,
 		logs: newLogBuffer(m.h.opts.LogLimitBytes)}
 	emit := func(typ, text string) { s.send(Event{Type: typ, Text: text}) }
@@ -259,23 +260,24 @@ func (m *commandManager) background(w http.ResponseWriter, r *http.Request, req 
 		cancel(nil)
 	}()
 	s := newStream(w)
+	defer s.close()
 	s.send(Event{Type: EventInit, Text: c.id})
 	s.send(Event{Type: EventExecutionComplete, ExecutionTime: 0})
 }
 
-func (m *commandManager) status(w http.ResponseWriter, r *http.Request) {
-	c, ok := m.lookup(r.PathValue("id"))
+func (m *commandManager) status(w http.ResponseWriter, r *http.Request, id string) {
+	c, ok := m.lookup(id)
 	if !ok {
-		writeError(w, http.StatusNotFound, CodeNotFound, fmt.Sprintf("command %q not found", r.PathValue("id")))
+		writeError(w, http.StatusNotFound, CodeNotFound, fmt.Sprintf("command %q not found", id))
 		return
 	}
 	writeJSON(w, http.StatusOK, c.status())
 }
 
-func (m *commandManager) logs(w http.ResponseWriter, r *http.Request) {
-	c, ok := m.lookup(r.PathValue("id"))
+func (m *commandManager) logs(w http.ResponseWriter, r *http.Request, id string) {
+	c, ok := m.lookup(id)
 	if !ok {
-		writeError(w, http.StatusNotFound, CodeNotFound, fmt.Sprintf("command %q not found", r.PathValue("id")))
+		writeError(w, http.StatusNotFound, CodeNotFound, fmt.Sprintf("command %q not found", id))
 		return
 	}
 	var cursor int64

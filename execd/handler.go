@@ -135,8 +135,18 @@ func (h *Handler) routes() {
 
 	m.HandleFunc("POST /command", h.commands.run)
 	m.HandleFunc("DELETE /command", h.commands.interrupt)
-	m.HandleFunc("GET /command/status/{id}", h.commands.status)
-	m.HandleFunc("GET /command/{id}/logs", h.commands.logs)
+	// /command/status/{id} and /command/{id}/logs overlap as ServeMux
+	// patterns; one route dispatches both.
+	m.HandleFunc("GET /command/{a}/{b}", func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.PathValue("a") == "status":
+			h.commands.status(w, r, r.PathValue("b"))
+		case r.PathValue("b") == "logs":
+			h.commands.logs(w, r, r.PathValue("a"))
+		default:
+			writeError(w, http.StatusNotFound, CodeNotFound, "no route "+r.Method+" "+r.URL.Path)
+		}
+	})
 
 	m.HandleFunc("POST /session", h.sessions.create)
 	m.HandleFunc("POST /session/{id}/run", h.sessions.run)

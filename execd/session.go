@@ -109,6 +109,7 @@ func (m *sessionManager) run(w http.ResponseWriter, r *http.Request) {
 	defer cancel(nil)
 
 	st := newStream(w)
+	defer st.close()
 	start := time.Now()
 	st.send(Event{Type: EventInit, Text: newID()})
 	stop := make(chan struct{})

@@ -18,7 +18,15 @@ type stream struct {
 	rc      *http.ResponseController
 	started bool
 	failed  bool // the client went away; further events are dropped
+	// Flushes are coalesced: an event is on the wire within flushDelay,
+	// but a flood of small events costs one write per delay, not one each.
+	lastFlush time.Time
+	pending   bool
+	timer     *time.Timer
 }
+
+// flushDelay bounds how long an event may wait in the buffer.
+const flushDelay = 2 * time.Millisecond
 
 func newStream(w http.ResponseWriter) *stream {
 	return &stream{w: w, rc: http.NewResponseController(w)}
@@ -53,11 +61,47 @@ func (s *stream) send(ev Event) bool {
 		s.failed = true
 		return false
 	}
+	if time.Since(s.lastFlush) >= flushDelay {
+		return s.flushLocked()
+	}
+	if !s.pending {
+		s.pending = true
+		s.timer = time.AfterFunc(flushDelay, func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if s.pending {
+				s.flushLocked()
+			}
+		})
+	}
+	return true
+}
+
+func (s *stream) flushLocked() bool {
+	s.pending = false
+	s.lastFlush = time.Now()
+	if s.failed {
+		return false
+	}
 	if err := s.rc.Flush(); err != nil {
 		s.failed = true
 		return false
 	}
 	return true
+}
+
+// close flushes what is buffered and stops the flush timer. The handler
+// must call it before returning.
+func (s *stream) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	if s.pending && s.started {
+		s.flushLocked()
+	}
+	s.failed = true // nothing may be written after the handler returns
 }
 
 // keepAlive sends a ping event every interval until stop is closed.

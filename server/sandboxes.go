@@ -291,7 +291,7 @@ func (s *Server) patchMetadata(c *gin.Context) {
 	if !ok {
 		return
 	}
-	var patch map[string]*string
+	var patch map[string]json.RawMessage
 	if err := decodeBody(c, &patch); err != nil {
 		s.abortErr(c, err)
 		return
@@ -300,12 +300,17 @@ func (s *Server) patchMetadata(c *gin.Context) {
 	for k, v := range r.Metadata {
 		next[k] = v
 	}
-	for k, v := range patch {
-		if v == nil {
+	for k, raw := range patch {
+		if string(raw) == "null" {
 			delete(next, k)
 			continue
 		}
-		next[k] = *v
+		var v string
+		if err := json.Unmarshal(raw, &v); err != nil {
+			s.abortErr(c, badRequest(fmt.Sprintf("metadata %q: values must be strings or null", k)))
+			return
+		}
+		next[k] = v
 	}
 	if err := validateMetadata(next); err != nil {
 		s.abortErr(c, err)

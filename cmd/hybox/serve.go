@@ -17,8 +17,6 @@ import (
 	"github.com/hybox-dev/hybox/runtimes"
 	"github.com/hybox-dev/hybox/runtimes/wasm"
 	"github.com/hybox-dev/hybox/runtimes/wasm/engine"
-	"github.com/hybox-dev/hybox/runtimes/wasm/jsguest"
-	"github.com/hybox-dev/hybox/runtimes/wasm/pyguest"
 	"github.com/hybox-dev/hybox/server"
 )
 
@@ -140,19 +138,8 @@ func serve(ctx context.Context, cfg *config) error {
 		return fmt.Errorf("wasm.output_limit: %w", err)
 	}
 	start := time.Now()
-	py, err := pyguest.NewManager(ctx, pyguest.Options{Engine: eng, PoolSize: cfg.Wasm.PythonPool, MemoryLimitBytes: defMem, OutputLimitBytes: outLimit})
-	if err != nil {
-		return fmt.Errorf("python guest: %w", err)
-	}
-	defer py.Close()
-	js, err := jsguest.NewManager(ctx, jsguest.Options{Engine: eng, MemoryLimitBytes: defMem, OutputLimitBytes: outLimit})
-	if err != nil {
-		return fmt.Errorf("javascript guest: %w", err)
-	}
-	defer js.Close()
-	log.Info("guests ready", "dir", guestDir, "took", time.Since(start).Round(time.Millisecond))
-	wrt, err := wasm.New(wasm.Options{
-		Python: py, JavaScript: js, DefaultMemoryBytes: defMem,
+	wrt, stopGuests, err := wasm.Setup(ctx, wasm.SetupOptions{
+		Engine: eng, PythonPool: cfg.Wasm.PythonPool, DefaultMemoryBytes: defMem, OutputLimitBytes: outLimit,
 		Exec: execd.Options{
 			Limiter:          execd.NewLimiter(cfg.Wasm.MaxConcurrent, cfg.Wasm.QueueWait.Duration),
 			ExecTimeout:      cfg.Wasm.ExecTimeout.Duration,
@@ -163,6 +150,8 @@ func serve(ctx context.Context, cfg *config) error {
 	if err != nil {
 		return err
 	}
+	defer stopGuests()
+	log.Info("guests ready", "dir", guestDir, "took", time.Since(start).Round(time.Millisecond))
 	rules := append(append([]runtimes.ImageRule{}, cfg.ImageRules...), runtimes.BuiltinImageRules...)
 	router, err := runtimes.NewRouter([]runtimes.Runtime{wrt}, rules, cfg.DefaultRuntime)
 	if err != nil {

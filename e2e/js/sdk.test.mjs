@@ -1,0 +1,374 @@
+// End-to-end suite: the official OpenSandbox JS SDK (@alibaba-group/opensandbox, used
+// unchanged) drives a running hybox server.
+//
+// Env:
+//   HYBOX_E2E_URL         lifecycle server base, e.g. http://127.0.0.1:18080 (no /v1)
+//   OPEN_SANDBOX_API_KEY  API key the server accepts
+//
+// The JS code-interpreter SDK is not published on npm, so code runs go through
+// `runCode` below: it builds the execd URL and headers exactly as the core SDK does
+// for its own execd calls (endpoint from getEndpoint, scheme from the connection,
+// connection headers merged with the endpoint's headers), and feeds the stream
+// into the SDK's exported ExecutionEventDispatcher.
+
+import { after, before, describe, it } from "node:test";
+import assert from "node:assert/strict";
+import { randomUUID } from "node:crypto";
+
+import {
+  ConnectionConfig,
+  ExecutionEventDispatcher,
+  Sandbox,
+  SandboxManager,
+} from "@alibaba-group/opensandbox";
+
+const BASE_URL = (process.env.HYBOX_E2E_URL ?? "").replace(/\/+$/, "");
+const API_KEY = process.env.OPEN_SANDBOX_API_KEY ?? "";
+if (!BASE_URL || !API_KEY) {
+  throw new Error("HYBOX_E2E_URL and OPEN_SANDBOX_API_KEY must be set");
+}
+
+const EXECD_PORT = 44772;
+const RUN_ID = randomUUID();
+const UUID_V4 = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
+const WORK_DIR = `/tmp/hybox-e2e-js-${RUN_ID.slice(0, 8)}`;
+
+function connection(apiKey = API_KEY) {
+  return new ConnectionConfig({ domain: BASE_URL, apiKey, requestTimeoutSeconds: 60 });
+}
+
+function sleep(ms) {
+  return new Promise((r) => setTimeout(r, ms));
+}
+
+/** Resolve the execd base URL and headers the same way the SDK does. */
+async function execdTarget(sbx) {
+  const ep = await sbx.getEndpoint(EXECD_PORT);
+  assert.equal(typeof ep.endpoint, "string");
+  assert.ok(!/^[a-z]+:\/\//i.test(ep.endpoint), `endpoint must carry no scheme: ${ep.endpoint}`);
+  return {
+    base: `${sbx.connectionConfig.protocol}://${ep.endpoint}`.replace(/\/+$/, ""),
+    headers: { ...sbx.connectionConfig.headers, ...(ep.headers ?? {}) },
+  };
+}
+
+async function createContext(sbx, language) {
+  const t = await execdTarget(sbx);
+  const res = await fetch(`${t.base}/code/context`, {
+    method: "POST",
+    headers: { ...t.headers, "content-type": "application/json" },
+    body: JSON.stringify({ language }),
+  });
+  const text = await res.text();
+  assert.equal(res.status, 200, `POST /code/context -> ${res.status} ${text}`);
+  const ctx = JSON.parse(text);
+  assert.equal(ctx.language, language);
+  assert.equal(typeof ctx.id, "string");
+  assert.ok(ctx.id.length > 0);
+  return ctx;
+}
+
+/**
+ * Run code through POST /code and return { execution, events }. Every event must be
+ * one JSON object per line with a string `type` and an integer `timestamp`
+ * (the Python SDK drops events without them).
+ */
+async function runCode(sbx, code, context) {
+  const t = await execdTarget(sbx);
+  const res = await fetch(`${t.base}/code`, {
+    method: "POST",
+    headers: { ...t.headers, accept: "text/event-stream", "content-type": "application/json" },
+    body: JSON.stringify({ code, context: { language: context.language, ...(context.id ? { id: context.id } : {}) } }),
+  });
+  if (res.status !== 200) {
+    assert.fail(`POST /code -> ${res.status} ${await res.text()}`);
+  }
+  assert.match(res.headers.get("content-type") ?? "", /text\/event-stream/);
+  const body = await res.text();
+  const execution = { logs: { stdout: [], stderr: [] }, result: [] };
+  const dispatcher = new ExecutionEventDispatcher(execution);
+  const events = [];
+  for (const raw of body.split("\n")) {
+    let line = raw.trim();
+    if (!line || line.startsWith(":")) continue;
+    if (line.startsWith("data:")) line = line.slice(5).trim();
+    const ev = JSON.parse(line);
+    events.push(ev);
+    await dispatcher.dispatch(ev);
+  }
+  for (const ev of events) {
+    assert.equal(typeof ev.type, "string", `event without type: ${JSON.stringify(ev)}`);
+    assert.ok(Number.isInteger(ev.timestamp), `event without integer timestamp: ${JSON.stringify(ev)}`);
+  }
+  return { execution, events };
+}
+
+function resultTexts(execution) {
+  return execution.result.map((r) => r.text);
+}
+
+function stdoutText(execution) {
+  return execution.logs.stdout.map((m) => m.text).join("");
+}
+
+async function expectApiStatus(promise, statuses) {
+  try {
+    await promise;
+  } catch (err) {
+    assert.ok(statuses.includes(err.statusCode), `expected status ${statuses}, got ${err.statusCode}: ${err.message}`);
+    return err;
+  }
+  assert.fail(`expected an API error with status ${statuses}`);
+}
+
+describe("hybox through the OpenSandbox JS SDK", () => {
+  /** @type {Sandbox} */
+  let sbx;
+  /** @type {Sandbox} */
+  let ciSbx;
+  /** @type {SandboxManager} */
+  let manager;
+  const created = [];
+
+  before(async () => {
+    manager = SandboxManager.create({ connectionConfig: connection() });
+    sbx = await Sandbox.create({
+      connectionConfig: connection(),
+      image: "wasm://default",
+      metadata: { suite: "hybox-e2e-js", run: RUN_ID, role: "default" },
+      timeoutSeconds: 300,
+    });
+    created.push(sbx);
+  });
+
+  after(async () => {
+    for (const s of created) {
+      try {
+        await s.kill();
+      } catch {
+        // already gone
+      }
+      await s.close();
+    }
+    if (manager) await manager.close();
+  });
+
+  it("creates a Running wasm sandbox and reads it back", async () => {
+    assert.match(sbx.id, UUID_V4);
+    const info = await sbx.getInfo();
+    assert.equal(info.id, sbx.id);
+    assert.equal(info.status.state, "Running");
+    assert.equal(info.image?.uri, "wasm://default");
+    assert.deepEqual(info.entrypoint, ["tail", "-f", "/dev/null"]);
+    assert.equal(info.metadata?.run, RUN_ID);
+    assert.equal(info.metadata?.suite, "hybox-e2e-js");
+    assert.ok(info.createdAt instanceof Date);
+    assert.ok(info.expiresAt instanceof Date, "expiresAt must be set when a timeout is given");
+    const lifetime = (info.expiresAt.getTime() - info.createdAt.getTime()) / 1000;
+    assert.ok(Math.abs(lifetime - 300) <= 10, `expiresAt - createdAt = ${lifetime}s, want ~300s`);
+    assert.equal(await sbx.isHealthy(), true);
+  });
+
+  it("renews the expiration", async () => {
+    const t0 = Date.now();
+    const res = await sbx.renew(1200);
+    assert.ok(res.expiresAt instanceof Date);
+    const delta = (res.expiresAt.getTime() - t0) / 1000;
+    assert.ok(delta > 1190 && delta < 1210, `renewed expiry is ${delta}s ahead, want ~1200s`);
+    const info = await sbx.getInfo();
+    assert.ok(Math.abs(info.expiresAt.getTime() - res.expiresAt.getTime()) < 2000);
+  });
+
+  it("patches metadata", async () => {
+    const info = await sbx.patchMetadata({ extra: "yes" });
+    assert.equal(info.metadata?.extra, "yes");
+    assert.equal(info.metadata?.run, RUN_ID);
+    const again = await sbx.patchMetadata({ extra: null });
+    assert.equal(again.metadata?.extra, undefined);
+  });
+
+  it("runs a command: stdout lines and exit code", async () => {
+    const events = [];
+    const ex = await sbx.commands.run("echo hi; echo there; exit 3", undefined, { onEvent: (e) => events.push(e) });
+    assert.deepEqual(ex.logs.stdout.map((m) => m.text), ["hi", "there"]);
+    assert.equal(ex.exitCode, 3);
+    assert.equal(ex.error?.value, "3");
+    assert.ok(ex.id, "init event must carry the command id");
+    for (const e of events) {
+      assert.ok(Number.isInteger(e.timestamp), `event without integer timestamp: ${JSON.stringify(e)}`);
+    }
+    const ok = await sbx.commands.run("echo fine");
+    assert.equal(ok.exitCode, 0);
+    assert.equal(ok.error, undefined);
+    assert.ok(ok.complete, "execution_complete expected on success");
+    assert.deepEqual(ok.logs.stdout.map((m) => m.text), ["fine"]);
+  });
+
+  it("runs a background command and reports status and logs", async () => {
+    const ex = await sbx.commands.run("echo bg-start; sleep 1; echo bg-end; exit 2", { background: true });
+    assert.ok(ex.id, "background run must return the command id");
+    const deadline = Date.now() + 20_000;
+    let status = await sbx.commands.getCommandStatus(ex.id);
+    while (status.running && Date.now() < deadline) {
+      await sleep(200);
+      status = await sbx.commands.getCommandStatus(ex.id);
+    }
+    assert.equal(status.running, false, "background command did not finish in 20s");
+    assert.equal(status.id, ex.id);
+    assert.equal(status.exitCode, 2);
+    assert.ok(status.startedAt instanceof Date);
+    assert.ok(status.finishedAt instanceof Date);
+    const logs = await sbx.commands.getBackgroundCommandLogs(ex.id);
+    assert.match(logs.content, /bg-start[\s\S]*bg-end/);
+    assert.equal(typeof logs.cursor, "number");
+    const more = await sbx.commands.getBackgroundCommandLogs(ex.id, logs.cursor);
+    assert.equal(more.content, "", "reading from the tail cursor of a finished command yields nothing new");
+  });
+
+  it("runs Python with state across runs, a trailing expression and an exception", async () => {
+    const ctx = await createContext(sbx, "python");
+    const first = await runCode(sbx, "x = 41\nprint('set x')", ctx);
+    assert.equal(first.execution.error, undefined);
+    assert.equal(stdoutText(first.execution).trim(), "set x");
+    const second = await runCode(sbx, "x + 1", ctx);
+    assert.equal(second.execution.error, undefined);
+    assert.deepEqual(resultTexts(second.execution), ["42"]);
+    assert.ok(second.execution.complete, "execution_complete expected");
+    if (first.execution.executionCount !== undefined || second.execution.executionCount !== undefined) {
+      assert.ok(second.execution.executionCount > first.execution.executionCount, "execution_count must grow");
+    }
+
+    const expr = await runCode(sbx, "a = 6\nb = 7\na * b", ctx);
+    assert.deepEqual(resultTexts(expr.execution), ["42"]);
+
+    const boom = await runCode(sbx, "1 / 0", ctx);
+    assert.equal(boom.execution.error?.name, "ZeroDivisionError");
+    assert.match(boom.execution.error?.value ?? "", /division by zero/);
+    assert.equal(boom.execution.complete, undefined, "no execution_complete after an error");
+
+    const still = await runCode(sbx, "x", ctx);
+    assert.deepEqual(resultTexts(still.execution), ["41"], "state survives an exception");
+
+    const platform = await runCode(sbx, "import sys\nsys.platform", ctx);
+    assert.deepEqual(resultTexts(platform.execution), ["'wasi'"]);
+  });
+
+  it("runs Python in the default context when no id is given", async () => {
+    const one = await runCode(sbx, "dflt = 'kept'", { language: "python" });
+    assert.equal(one.execution.error, undefined);
+    const two = await runCode(sbx, "dflt", { language: "python" });
+    assert.deepEqual(resultTexts(two.execution), ["'kept'"]);
+  });
+
+  it("runs JavaScript with state across runs", async () => {
+    const ctx = await createContext(sbx, "javascript");
+    const first = await runCode(sbx, "var y = 41;", ctx);
+    assert.equal(first.execution.error, undefined);
+    const second = await runCode(sbx, "y + 1", ctx);
+    assert.equal(second.execution.error, undefined);
+    assert.deepEqual(resultTexts(second.execution), ["42"]);
+    const log = await runCode(sbx, "console.log('from js')", ctx);
+    assert.equal(stdoutText(log.execution).trim(), "from js");
+    const boom = await runCode(sbx, "throw new TypeError('boom')", ctx);
+    assert.equal(boom.execution.error?.name, "TypeError");
+    assert.match(boom.execution.error?.value ?? "", /boom/);
+  });
+
+  it("writes, reads, lists, searches and deletes files", async () => {
+    const path = `${WORK_DIR}/hello.txt`;
+    const content = "hello hybox\n";
+    await sbx.files.writeFiles([{ path, data: content }, { path: `${WORK_DIR}/other.md`, data: "# other" }]);
+
+    assert.equal(await sbx.files.readFile(path), content);
+
+    const infos = await sbx.files.getFileInfo([path]);
+    assert.equal(infos[path]?.path, path);
+    assert.equal(infos[path]?.size, Buffer.byteLength(content));
+    assert.equal(infos[path]?.type, "file");
+    assert.ok(infos[path]?.modifiedAt instanceof Date);
+
+    const found = await sbx.files.search({ path: WORK_DIR, pattern: "*.txt" });
+    assert.deepEqual(found.map((f) => f.path), [path]);
+
+    const listed = await sbx.files.listDirectory({ path: WORK_DIR });
+    assert.deepEqual(listed.map((f) => f.path).sort(), [`${WORK_DIR}/hello.txt`, `${WORK_DIR}/other.md`]);
+
+    // The file is visible to commands and to the interpreter.
+    const cat = await sbx.commands.run(`cat ${path}`);
+    assert.deepEqual(cat.logs.stdout.map((m) => m.text), ["hello hybox"]);
+    const py = await runCode(sbx, `open(${JSON.stringify(path)}).read()`, { language: "python" });
+    assert.deepEqual(resultTexts(py.execution), ["'hello hybox\\n'"]);
+
+    await sbx.files.deleteFiles([path]);
+    const remaining = await sbx.files.search({ path: WORK_DIR, pattern: "*.txt" });
+    assert.deepEqual(remaining, []);
+    await expectApiStatus(sbx.files.readFile(path), [404]);
+  });
+
+  it("routes opensandbox/code-interpreter images to wasm", async () => {
+    ciSbx = await Sandbox.create({
+      connectionConfig: connection(),
+      image: "opensandbox/code-interpreter:latest",
+      entrypoint: ["/opt/code-interpreter/code-interpreter.sh"],
+      metadata: { suite: "hybox-e2e-js", run: RUN_ID, role: "code-interpreter" },
+      timeoutSeconds: 300,
+    });
+    created.push(ciSbx);
+    const info = await ciSbx.getInfo();
+    assert.equal(info.status.state, "Running");
+    assert.equal(info.image?.uri, "opensandbox/code-interpreter:latest");
+    const ctx = await createContext(ciSbx, "python");
+    await runCode(ciSbx, "x = 41", ctx);
+    const r = await runCode(ciSbx, "import sys\n(x + 1, sys.platform)", ctx);
+    assert.deepEqual(resultTexts(r.execution), ["(42, 'wasi')"]);
+  });
+
+  it("lists sandboxes by metadata and state", async () => {
+    assert.ok(ciSbx, "depends on the code-interpreter sandbox test");
+    const mine = await manager.listSandboxInfos({ metadata: { run: RUN_ID } });
+    assert.deepEqual(mine.items.map((s) => s.id).sort(), [sbx.id, ciSbx.id].sort());
+    assert.equal(mine.pagination?.totalItems, 2);
+    assert.equal(mine.pagination?.page, 1);
+    assert.equal(mine.pagination?.hasNextPage, false);
+
+    const both = await manager.listSandboxInfos({ metadata: { run: RUN_ID, role: "default" } });
+    assert.deepEqual(both.items.map((s) => s.id), [sbx.id]);
+
+    const running = await manager.listSandboxInfos({ metadata: { run: RUN_ID }, states: ["Running"] });
+    assert.equal(running.items.length, 2);
+    const orStates = await manager.listSandboxInfos({ metadata: { run: RUN_ID }, states: ["Paused", "Running"] });
+    assert.equal(orStates.items.length, 2);
+    const paused = await manager.listSandboxInfos({ metadata: { run: RUN_ID }, states: ["Paused"] });
+    assert.deepEqual(paused.items, []);
+    const none = await manager.listSandboxInfos({ metadata: { run: "no-such-run" } });
+    assert.deepEqual(none.items, []);
+
+    const page = await manager.listSandboxInfos({ metadata: { run: RUN_ID }, pageSize: 1, page: 1 });
+    assert.equal(page.items.length, 1);
+    assert.equal(page.pagination?.hasNextPage, true);
+    assert.equal(page.pagination?.totalPages, 2);
+  });
+
+  it("rejects a wrong API key with 401", async () => {
+    const bad = SandboxManager.create({ connectionConfig: connection("definitely-wrong-key") });
+    try {
+      const err = await expectApiStatus(bad.listSandboxInfos({}), [401]);
+      assert.equal(err.error?.code, "INVALID_API_KEY");
+    } finally {
+      await bad.close();
+    }
+  });
+
+  it("kills a sandbox", async () => {
+    assert.ok(ciSbx, "depends on the code-interpreter sandbox test");
+    await ciSbx.kill();
+    try {
+      const info = await manager.getSandboxInfo(ciSbx.id);
+      assert.equal(info.status.state, "Terminated");
+    } catch (err) {
+      assert.equal(err.statusCode, 404, `get after kill: ${err.message}`);
+    }
+    const running = await manager.listSandboxInfos({ metadata: { run: RUN_ID }, states: ["Running"] });
+    assert.deepEqual(running.items.map((s) => s.id), [sbx.id]);
+  });
+});

@@ -1,0 +1,360 @@
+"""End-to-end suite: the official OpenSandbox Python SDKs (opensandbox and
+opensandbox-code-interpreter, used unchanged) drive a running hybox server.
+
+Env:
+    HYBOX_E2E_URL         lifecycle server base, e.g. http://127.0.0.1:18080 (no /v1)
+    OPEN_SANDBOX_API_KEY  API key the server accepts
+
+Tests run in file order and share two sandboxes (module fixtures); the kill test
+runs last.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+import uuid
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from code_interpreter import CodeInterpreterSync
+from code_interpreter.models.code_sync import SupportedLanguageSync
+from opensandbox import SandboxManagerSync, SandboxSync
+from opensandbox.config.connection_sync import ConnectionConfigSync
+from opensandbox.exceptions import SandboxApiException
+from opensandbox.models.execd import RunCommandOpts
+from opensandbox.models.filesystem import DirectoryListEntry, SearchEntry, WriteEntry
+from opensandbox.models.sandboxes import SandboxFilter
+
+BASE_URL = os.environ.get("HYBOX_E2E_URL", "").rstrip("/")
+API_KEY = os.environ.get("OPEN_SANDBOX_API_KEY", "")
+RUN_ID = str(uuid.uuid4())
+WORK_DIR = f"/tmp/hybox-e2e-py-{RUN_ID[:8]}"
+UUID_V4 = re.compile(
+    r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$"
+)
+
+if not BASE_URL or not API_KEY:
+    raise RuntimeError("HYBOX_E2E_URL and OPEN_SANDBOX_API_KEY must be set")
+
+
+def connection(api_key: str = API_KEY) -> ConnectionConfigSync:
+    return ConnectionConfigSync(
+        domain=BASE_URL, api_key=api_key, request_timeout=timedelta(seconds=60)
+    )
+
+
+def result_texts(execution) -> list[str | None]:
+    return [r.text for r in execution.result]
+
+
+def stdout_text(execution) -> str:
+    return "".join(m.text for m in execution.logs.stdout)
+
+
+@pytest.fixture(scope="module")
+def manager():
+    mgr = SandboxManagerSync.create(connection_config=connection())
+    yield mgr
+    mgr.close()
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    sbx = SandboxSync.create(
+        "wasm://default",
+        connection_config=connection(),
+        metadata={"suite": "hybox-e2e-py", "run": RUN_ID, "role": "default"},
+        timeout=timedelta(minutes=5),
+    )
+    yield sbx
+    try:
+        sbx.kill()
+    except Exception:
+        pass
+    sbx.close()
+
+
+@pytest.fixture(scope="module")
+def interpreter(sandbox):
+    # Strict readiness is covered by its own test; here it is skipped so the code
+    # tests report their own failures.
+    ci = CodeInterpreterSync.create(sandbox, skip_health_check=True)
+    yield ci
+    ci.close()
+
+
+@pytest.fixture(scope="module")
+def ci_sandbox():
+    sbx = SandboxSync.create(
+        "opensandbox/code-interpreter:latest",
+        connection_config=connection(),
+        entrypoint=["/opt/code-interpreter/code-interpreter.sh"],
+        metadata={"suite": "hybox-e2e-py", "run": RUN_ID, "role": "code-interpreter"},
+        timeout=timedelta(minutes=5),
+    )
+    yield sbx
+    try:
+        sbx.kill()
+    except Exception:
+        pass
+    sbx.close()
+
+
+def test_create_and_get(sandbox):
+    assert UUID_V4.match(sandbox.id)
+    info = sandbox.get_info()
+    assert info.id == sandbox.id
+    assert info.status.state == "Running"
+    assert info.image is not None and info.image.image == "wasm://default"
+    assert info.entrypoint == ["tail", "-f", "/dev/null"]
+    assert info.metadata["run"] == RUN_ID
+    assert info.metadata["suite"] == "hybox-e2e-py"
+    assert info.expires_at is not None
+    lifetime = (info.expires_at - info.created_at).total_seconds()
+    assert abs(lifetime - 300) <= 10, lifetime
+    assert sandbox.is_healthy()
+
+
+def test_renew(sandbox):
+    t0 = datetime.now(timezone.utc)
+    res = sandbox.renew(timedelta(minutes=20))
+    delta = (res.expires_at - t0).total_seconds()
+    assert 1190 < delta < 1210, delta
+    info = sandbox.get_info()
+    assert abs((info.expires_at - res.expires_at).total_seconds()) < 2
+
+
+def test_patch_metadata(sandbox):
+    info = sandbox.patch_metadata({"extra": "yes"})
+    assert info.metadata["extra"] == "yes"
+    assert info.metadata["run"] == RUN_ID
+    info = sandbox.patch_metadata({"extra": None})
+    assert "extra" not in info.metadata
+
+
+def test_command_stdout_and_exit_code(sandbox):
+    ex = sandbox.commands.run("echo hi; echo there; exit 3")
+    assert [m.text for m in ex.logs.stdout] == ["hi", "there"]
+    assert ex.exit_code == 3
+    assert ex.error is not None and ex.error.value == "3"
+    assert ex.id
+
+    ok = sandbox.commands.run("echo fine")
+    assert ok.exit_code == 0
+    assert ok.error is None
+    assert ok.complete is not None
+    assert [m.text for m in ok.logs.stdout] == ["fine"]
+
+
+def test_background_command(sandbox):
+    ex = sandbox.commands.run(
+        "echo bg-start; sleep 1; echo bg-end; exit 2",
+        opts=RunCommandOpts(background=True),
+    )
+    assert ex.id
+    deadline = time.monotonic() + 20
+    status = sandbox.commands.get_command_status(ex.id)
+    while status.running and time.monotonic() < deadline:
+        time.sleep(0.2)
+        status = sandbox.commands.get_command_status(ex.id)
+    assert status.running is False, "background command did not finish in 20s"
+    assert status.id == ex.id
+    assert status.exit_code == 2
+    assert status.started_at is not None
+    assert status.finished_at is not None
+    logs = sandbox.commands.get_background_command_logs(ex.id)
+    assert re.search(r"bg-start[\s\S]*bg-end", logs.content), logs.content
+    assert isinstance(logs.cursor, int)
+    more = sandbox.commands.get_background_command_logs(ex.id, cursor=logs.cursor)
+    assert more.content == ""
+
+
+def test_python_state_expression_and_exception(interpreter):
+    codes = interpreter.codes
+    ctx = codes.create_context(SupportedLanguageSync.PYTHON)
+    assert ctx.id
+    assert ctx.language == "python"
+
+    first = codes.run("x = 41\nprint('set x')", context=ctx)
+    assert first.error is None
+    assert stdout_text(first).strip() == "set x"
+    second = codes.run("x + 1", context=ctx)
+    assert second.error is None
+    assert result_texts(second) == ["42"]
+    assert second.complete is not None
+    assert second.id, "init event must carry the execution id"
+    if first.execution_count is not None or second.execution_count is not None:
+        assert second.execution_count > first.execution_count
+
+    expr = codes.run("a = 6\nb = 7\na * b", context=ctx)
+    assert result_texts(expr) == ["42"]
+
+    boom = codes.run("1 / 0", context=ctx)
+    assert boom.error is not None
+    assert boom.error.name == "ZeroDivisionError"
+    assert "division by zero" in boom.error.value
+    assert boom.complete is None
+
+    still = codes.run("x", context=ctx)
+    assert result_texts(still) == ["41"]
+
+    platform = codes.run("import sys\nsys.platform", context=ctx)
+    assert result_texts(platform) == ["'wasi'"]
+
+    contexts = codes.list_contexts(SupportedLanguageSync.PYTHON)
+    assert ctx.id in [c.id for c in contexts]
+    codes.delete_context(ctx.id)
+    assert ctx.id not in [c.id for c in codes.list_contexts(SupportedLanguageSync.PYTHON)]
+
+
+def test_python_default_context(interpreter):
+    one = interpreter.codes.run("dflt = 'kept'")
+    assert one.error is None
+    two = interpreter.codes.run("dflt")
+    assert result_texts(two) == ["'kept'"]
+
+
+def test_javascript_state(interpreter):
+    codes = interpreter.codes
+    ctx = codes.create_context(SupportedLanguageSync.JAVASCRIPT)
+    assert ctx.language == "javascript"
+    first = codes.run("var y = 41;", context=ctx)
+    assert first.error is None
+    second = codes.run("y + 1", context=ctx)
+    assert second.error is None
+    assert result_texts(second) == ["42"]
+    log = codes.run("console.log('from js')", context=ctx)
+    assert stdout_text(log).strip() == "from js"
+    boom = codes.run("throw new TypeError('boom')", context=ctx)
+    assert boom.error is not None
+    assert boom.error.name == "TypeError"
+    assert "boom" in boom.error.value
+
+
+def test_files(sandbox, interpreter):
+    path = f"{WORK_DIR}/hello.txt"
+    content = "hello hybox\n"
+    sandbox.files.write_files(
+        [
+            WriteEntry(path=path, data=content),
+            WriteEntry(path=f"{WORK_DIR}/other.md", data=b"# other"),
+        ]
+    )
+    assert sandbox.files.read_file(path) == content
+
+    infos = sandbox.files.get_file_info([path])
+    assert infos[path].path == path
+    assert infos[path].size == len(content.encode())
+    assert infos[path].entry_type == "file"
+    assert infos[path].mode == 755  # write_file's default mode, octal digits as decimal
+
+    found = sandbox.files.search(SearchEntry(path=WORK_DIR, pattern="*.txt"))
+    assert [f.path for f in found] == [path]
+
+    listed = sandbox.files.list_directory(DirectoryListEntry(path=WORK_DIR))
+    assert sorted(f.path for f in listed) == [f"{WORK_DIR}/hello.txt", f"{WORK_DIR}/other.md"]
+
+    cat = sandbox.commands.run(f"cat {path}")
+    assert [m.text for m in cat.logs.stdout] == ["hello hybox"]
+    py = interpreter.codes.run(f"open({path!r}).read()")
+    assert result_texts(py) == ["'hello hybox\\n'"]
+
+    sandbox.files.delete_files([path])
+    assert sandbox.files.search(SearchEntry(path=WORK_DIR, pattern="*.txt")) == []
+    with pytest.raises(Exception) as excinfo:
+        sandbox.files.read_file(path)
+    status = getattr(excinfo.value, "status_code", None)
+    cause = getattr(excinfo.value, "__cause__", None)
+    if status is None and cause is not None:
+        status = getattr(getattr(cause, "response", None), "status_code", None)
+    assert status == 404, repr(excinfo.value)
+
+
+def test_code_interpreter_strict_health_check(sandbox):
+    # The default create runs the SDK's readiness probe: GET /ping plus a command
+    # that checks the interpreter runtime is serving. It must pass, not time out.
+    t0 = time.monotonic()
+    ci = CodeInterpreterSync.create(sandbox, ready_timeout=timedelta(seconds=20))
+    try:
+        assert time.monotonic() - t0 < 20
+        assert ci.is_healthy()
+        run = ci.codes.run("40 + 2")
+        assert result_texts(run) == ["42"]
+    finally:
+        ci.close()
+
+
+def test_code_interpreter_image_routes_to_wasm(ci_sandbox):
+    info = ci_sandbox.get_info()
+    assert info.status.state == "Running"
+    assert info.image is not None
+    assert info.image.image == "opensandbox/code-interpreter:latest"
+    ci = CodeInterpreterSync.create(ci_sandbox, skip_health_check=True)
+    try:
+        ctx = ci.codes.create_context(SupportedLanguageSync.PYTHON)
+        ci.codes.run("x = 41", context=ctx)
+        r = ci.codes.run("import sys\n(x + 1, sys.platform)", context=ctx)
+        assert result_texts(r) == ["(42, 'wasi')"]
+    finally:
+        ci.close()
+
+
+def test_list_by_metadata_and_state(manager, sandbox, ci_sandbox):
+    mine = manager.list_sandbox_infos(SandboxFilter(metadata={"run": RUN_ID}))
+    assert sorted(s.id for s in mine.sandbox_infos) == sorted([sandbox.id, ci_sandbox.id])
+    assert mine.pagination.total_items == 2
+    assert mine.pagination.page == 1
+    assert mine.pagination.has_next_page is False
+
+    one = manager.list_sandbox_infos(
+        SandboxFilter(metadata={"run": RUN_ID, "role": "default"})
+    )
+    assert [s.id for s in one.sandbox_infos] == [sandbox.id]
+
+    running = manager.list_sandbox_infos(
+        SandboxFilter(metadata={"run": RUN_ID}, states=["Running"])
+    )
+    assert len(running.sandbox_infos) == 2
+    either = manager.list_sandbox_infos(
+        SandboxFilter(metadata={"run": RUN_ID}, states=["Paused", "Running"])
+    )
+    assert len(either.sandbox_infos) == 2
+    paused = manager.list_sandbox_infos(
+        SandboxFilter(metadata={"run": RUN_ID}, states=["Paused"])
+    )
+    assert paused.sandbox_infos == []
+    none = manager.list_sandbox_infos(SandboxFilter(metadata={"run": "no-such-run"}))
+    assert none.sandbox_infos == []
+
+    page = manager.list_sandbox_infos(
+        SandboxFilter(metadata={"run": RUN_ID}, page=1, page_size=1)
+    )
+    assert len(page.sandbox_infos) == 1
+    assert page.pagination.has_next_page is True
+    assert page.pagination.total_pages == 2
+
+
+def test_wrong_api_key_is_401():
+    bad = SandboxManagerSync.create(connection_config=connection("definitely-wrong-key"))
+    try:
+        with pytest.raises(SandboxApiException) as excinfo:
+            bad.list_sandbox_infos(SandboxFilter())
+        assert excinfo.value.status_code == 401
+        assert excinfo.value.error.code == "INVALID_API_KEY"
+    finally:
+        bad.close()
+
+
+def test_kill(manager, sandbox, ci_sandbox):
+    ci_sandbox.kill()
+    try:
+        info = manager.get_sandbox_info(ci_sandbox.id)
+        assert info.status.state == "Terminated"
+    except SandboxApiException as err:
+        assert err.status_code == 404, err
+    running = manager.list_sandbox_infos(
+        SandboxFilter(metadata={"run": RUN_ID}, states=["Running"])
+    )
+    assert [s.id for s in running.sandbox_infos] == [sandbox.id]

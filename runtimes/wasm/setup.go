@@ -1,0 +1,57 @@
+package wasm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/hybox-dev/hybox/execd"
+	"github.com/hybox-dev/hybox/runtimes/wasm/engine"
+	"github.com/hybox-dev/hybox/runtimes/wasm/jsguest"
+	"github.com/hybox-dev/hybox/runtimes/wasm/pyguest"
+)
+
+// SetupOptions configures Setup.
+type SetupOptions struct {
+	Engine             *engine.Engine // required
+	PythonPool         int            // pre-initialised Python interpreters (0 = pyguest default)
+	DefaultMemoryBytes int64          // per guest instance when a sandbox asks for none
+	OutputLimitBytes   int64          // per execution
+	Exec               execd.Options  // execd settings shared by every sandbox
+}
+
+// Setup starts the Python and JavaScript guests on eng and returns the
+// backend, plus a function that stops the guests.
+//
+// # Errors
+// When a guest cannot be compiled or started (for example, missing files).
+func Setup(ctx context.Context, o SetupOptions) (*Runtime, func() error, error) {
+	if o.Engine == nil {
+		return nil, nil, errors.New("wasm: Engine is required")
+	}
+	if o.DefaultMemoryBytes <= 0 {
+		o.DefaultMemoryBytes = 512 << 20
+	}
+	py, err := pyguest.NewManager(ctx, pyguest.Options{Engine: o.Engine, PoolSize: o.PythonPool,
+		MemoryLimitBytes: o.DefaultMemoryBytes, OutputLimitBytes: o.OutputLimitBytes})
+	if err != nil {
+		return nil, nil, fmt.Errorf("python guest: %w", err)
+	}
+	js, err := jsguest.NewManager(ctx, jsguest.Options{Engine: o.Engine,
+		MemoryLimitBytes: o.DefaultMemoryBytes, OutputLimitBytes: o.OutputLimitBytes})
+	if err != nil {
+		_ = py.Close()
+		return nil, nil, fmt.Errorf("javascript guest: %w", err)
+	}
+	if o.Exec.OutputLimitBytes == 0 {
+		o.Exec.OutputLimitBytes = o.OutputLimitBytes
+	}
+	rt, err := New(Options{Python: py, JavaScript: js, Exec: o.Exec, DefaultMemoryBytes: o.DefaultMemoryBytes})
+	if err != nil {
+		_ = py.Close()
+		_ = js.Close()
+		return nil, nil, err
+	}
+	stop := func() error { return errors.Join(py.Close(), js.Close()) }
+	return rt, stop, nil
+}

@@ -1,0 +1,295 @@
+package server
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestHealthAndRequestID(t *testing.T) {
+	h := newHarness(t, "", harnessOpts{})
+	for _, p := range []string{"/health", "/v1/health"} {
+		st, b, hdr := h.do("GET", p, nil, "OPEN-SANDBOX-API-KEY", "", "X-Request-ID", "req-42")
+		require.Equal(t, http.StatusOK, st)
+		assert.JSONEq(t, `{"status":"healthy"}`, string(b))
+		assert.Equal(t, "req-42", hdr.Get("X-Request-ID"))
+	}
+	// Errors echo the request id too, and one is generated when absent.
+	st, _, hdr := h.do("GET", "/v1/sandboxes/nope", nil)
+	require.Equal(t, http.StatusNotFound, st)
+	assert.NotEmpty(t, hdr.Get("X-Request-ID"))
+}
+
+func TestAuth(t *testing.T) {
+	h := newHarness(t, "", harnessOpts{})
+	tests := []struct {
+		name, key, code string
+	}{
+		{name: "missing", key: "", code: codeMissingAPIKey},
+		{name: "wrong", key: "nope", code: codeInvalidAPIKey},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, p := range []string{"/sandboxes", "/v1/sandboxes"} {
+				st, b, _ := h.do("GET", p, nil, "OPEN-SANDBOX-API-KEY", tc.key)
+				require.Equal(t, http.StatusUnauthorized, st)
+				var e map[string]string
+				require.NoError(t, json.Unmarshal(b, &e))
+				assert.Equal(t, tc.code, e["code"])
+				assert.NotEmpty(t, e["message"])
+			}
+		})
+	}
+}
+
+func TestRefusesToStartWithoutKey(t *testing.T) {
+	o := Options{DataDir: t.TempDir(), Router: nil}
+	require.Error(t, o.Validate())
+	o = Options{DataDir: t.TempDir(), Router: nil, Insecure: true}
+	require.ErrorContains(t, o.Validate(), "Router")
+}
+
+func TestCreateValidation(t *testing.T) {
+	h := newHarness(t, "", harnessOpts{})
+	tests := []struct {
+		name string
+		body string
+		want int
+		msg  string
+	}{
+		{name: "malformed json", body: `{"image":`, want: 400, msg: "invalid JSON"},
+		{name: "empty body", body: ``, want: 400, msg: "empty"},
+		{name: "trailing garbage", body: `{"image":{"uri":"wasm://default"}} x`, want: 400, msg: "trailing"},
+		{name: "missing image", body: `{}`, want: 400, msg: "image.uri is required"},
+		{name: "short timeout", body: `{"image":{"uri":"wasm://default"},"timeout":5}`, want: 400, msg: "at least 60"},
+		{name: "reserved metadata", body: `{"image":{"uri":"wasm://default"},"metadata":{"opensandbox.io/x":"1"}}`, want: 400, msg: "reserved"},
+		{name: "bad memory", body: `{"image":{"uri":"wasm://default"},"resourceLimits":{"memory":"lots"}}`, want: 400, msg: "resourceLimits.memory"},
+		{name: "bad cpu", body: `{"image":{"uri":"wasm://default"},"resourceLimits":{"cpu":"-1"}}`, want: 400, msg: "resourceLimits.cpu"},
+		{name: "unknown runtime", body: `{"image":{"uri":"wasm://default"},"extensions":{"hybox.io/runtime":"kata"}}`, want: 400, msg: "kata"},
+		{name: "unknown wasm image", body: `{"image":{"uri":"wasm://ruby"}}`, want: 400, msg: "wasm://default"},
+		{name: "bad platform", body: `{"image":{"uri":"wasm://default"},"platform":{"os":"plan9","arch":"amd64"}}`, want: 400, msg: "platform.os"},
+		{name: "wrong type", body: `{"image":"wasm://default"}`, want: 400, msg: "invalid JSON"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			st, b, _ := h.do("POST", "/v1/sandboxes", tc.body)
+			require.Equal(t, tc.want, st, string(b))
+			var e map[string]string
+			require.NoError(t, json.Unmarshal(b, &e))
+			assert.Contains(t, e["message"], tc.msg)
+			assert.NotEmpty(t, e["code"])
+		})
+	}
+	// Nothing was left behind by the refused requests.
+	st, b, _ := h.do("GET", "/v1/sandboxes", nil)
+	require.Equal(t, 200, st)
+	var l ListSandboxesResponse
+	require.NoError(t, json.Unmarshal(b, &l))
+	assert.Empty(t, l.Items)
+}
+
+func TestLifecycle(t *testing.T) {
+	h := newHarness(t, "", harnessOpts{})
+	sb := h.create(map[string]any{"timeout": 600, "metadata": map[string]string{"team": "a", "env": "dev"},
+		"entrypoint": []string{"tail", "-f", "/dev/null"}})
+	require.NotEmpty(t, sb.ID)
+	assert.Equal(t, StateRunning, sb.Status.State)
+	assert.Equal(t, []string{"tail", "-f", "/dev/null"}, sb.Entrypoint)
+	require.NotNil(t, sb.ExpiresAt)
+	assert.InDelta(t, 600, sb.ExpiresAt.Sub(sb.CreatedAt).Seconds(), 1)
+
+	// No-expiry sandbox has no expiresAt key at all.
+	st, b, _ := h.do("POST", "/v1/sandboxes", `{"image":{"uri":"opensandbox/code-interpreter:v1.0.2"},"timeout":null,"metadata":{"team":"b"}}`)
+	require.Equal(t, 202, st, string(b))
+	var raw map[string]any
+	require.NoError(t, json.Unmarshal(b, &raw))
+	assert.NotContains(t, raw, "expiresAt")
+	other := raw["id"].(string)
+
+	st, b, _ = h.do("GET", "/sandboxes/"+sb.ID, nil)
+	require.Equal(t, 200, st)
+	var got Sandbox
+	require.NoError(t, json.Unmarshal(b, &got))
+	assert.Equal(t, sb.ID, got.ID)
+	assert.Equal(t, "wasm://default", got.Image.URI)
+
+	// Metadata filter (AND) and state filter (OR).
+	list := func(q string) []string {
+		st, b, _ := h.do("GET", "/v1/sandboxes?"+q, nil)
+		require.Equal(t, 200, st, string(b))
+		var l ListSandboxesResponse
+		require.NoError(t, json.Unmarshal(b, &l))
+		var ids []string
+		for _, it := range l.Items {
+			ids = append(ids, it.ID)
+		}
+		return ids
+	}
+	assert.Equal(t, []string{sb.ID}, list("metadata="+url.QueryEscape("team=a&env=dev")))
+	assert.Empty(t, list("metadata="+url.QueryEscape("team=a&env=prod")))
+	assert.ElementsMatch(t, []string{sb.ID, other}, list("state=Running&state=Paused"))
+	assert.Empty(t, list("state=Paused"))
+
+	// Pagination.
+	st, b, _ = h.do("GET", "/v1/sandboxes?page=1&pageSize=1", nil)
+	require.Equal(t, 200, st)
+	var l ListSandboxesResponse
+	require.NoError(t, json.Unmarshal(b, &l))
+	assert.Len(t, l.Items, 1)
+	assert.Equal(t, Pagination{Page: 1, PageSize: 1, TotalItems: 2, TotalPages: 2, HasNextPage: true}, l.Pagination)
+	st, _, _ = h.do("GET", "/v1/sandboxes?page=0", nil)
+	assert.Equal(t, 400, st)
+
+	// Merge patch: set, change, delete with null.
+	st, b, _ = h.do("PATCH", "/v1/sandboxes/"+sb.ID+"/metadata", `{"env":null,"team":"z","new":"1"}`)
+	require.Equal(t, 200, st, string(b))
+	got = Sandbox{}
+	require.NoError(t, json.Unmarshal(b, &got))
+	assert.Equal(t, map[string]string{"team": "z", "new": "1"}, got.Metadata)
+	st, _, _ = h.do("PATCH", "/v1/sandboxes/"+sb.ID+"/metadata", `{"opensandbox.io/a":"1"}`)
+	assert.Equal(t, 400, st)
+
+	// Renew.
+	past := time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)
+	st, _, _ = h.do("POST", "/v1/sandboxes/"+sb.ID+"/renew-expiration", map[string]string{"expiresAt": past})
+	assert.Equal(t, 400, st)
+	future := time.Now().Add(2 * time.Hour).UTC().Truncate(time.Millisecond)
+	st, b, _ = h.do("POST", "/v1/sandboxes/"+sb.ID+"/renew-expiration", map[string]string{"expiresAt": future.Format(time.RFC3339Nano)})
+	require.Equal(t, 200, st, string(b))
+	st, b, _ = h.do("GET", "/v1/sandboxes/"+sb.ID, nil)
+	require.Equal(t, 200, st)
+	require.NoError(t, json.Unmarshal(b, &got))
+	assert.True(t, got.ExpiresAt.Equal(future), "%v != %v", got.ExpiresAt, future)
+
+	// Endpoints answer for execd and egress ports right away.
+	for _, port := range []string{"44772", "18080"} {
+		st, b, _ = h.do("GET", "/v1/sandboxes/"+sb.ID+"/endpoints/"+port+"?use_server_proxy=false", nil)
+		require.Equal(t, 200, st, string(b))
+		var ep Endpoint
+		require.NoError(t, json.Unmarshal(b, &ep))
+		assert.NotContains(t, ep.Endpoint, "://")
+		assert.Contains(t, ep.Endpoint, "/sandboxes/"+sb.ID+"/proxy/"+port)
+		assert.NotEmpty(t, ep.Headers[headerExecdToken])
+	}
+	st, _, _ = h.do("GET", "/v1/sandboxes/"+sb.ID+"/endpoints/99999", nil)
+	assert.Equal(t, 400, st)
+
+	// Pause refuses executions; resume restores them.
+	st, _, _ = h.do("POST", "/v1/sandboxes/"+sb.ID+"/pause", nil)
+	require.Equal(t, 202, st)
+	st, _, _ = h.do("POST", "/v1/sandboxes/"+sb.ID+"/pause", nil)
+	assert.Equal(t, 409, st, "pausing a paused sandbox")
+	assert.Equal(t, []string{sb.ID}, list("state=Paused"))
+	st, b = h.execd(sb.ID, "POST", "/command", map[string]any{"command": "echo hi"})
+	assert.Equal(t, 409, st, string(b))
+	st, _ = h.execd(sb.ID, "GET", "/ping", nil)
+	assert.Equal(t, 200, st, "ping answers while paused")
+	st, _, _ = h.do("POST", "/v1/sandboxes/"+sb.ID+"/resume", nil)
+	require.Equal(t, 202, st)
+	assert.Equal(t, []string{"hi"}, h.command(sb.ID, "echo hi").stdout)
+
+	// Delete removes the record and the workspace.
+	dir := h.srv.sandboxDir(sb.ID)
+	require.DirExists(t, dir)
+	st, _, _ = h.do("DELETE", "/v1/sandboxes/"+sb.ID, nil)
+	require.Equal(t, 204, st)
+	st, b, _ = h.do("GET", "/v1/sandboxes/"+sb.ID, nil)
+	require.Equal(t, 404, st)
+	assert.Contains(t, string(b), codeNotFound)
+	assert.NoDirExists(t, dir)
+	st, _, _ = h.do("DELETE", "/v1/sandboxes/"+sb.ID, nil)
+	assert.Equal(t, 404, st)
+}
+
+func TestProxyAuth(t *testing.T) {
+	h := newHarness(t, "", harnessOpts{})
+	a := h.create(nil)
+	b := h.create(nil)
+	st, body, _ := h.do("GET", "/v1/sandboxes/"+b.ID+"/endpoints/44772", nil)
+	require.Equal(t, 200, st)
+	var epB Endpoint
+	require.NoError(t, json.Unmarshal(body, &epB))
+
+	path := "/v1/sandboxes/" + a.ID + "/proxy/44772/ping"
+	st, _, _ = h.do("GET", path, nil, "OPEN-SANDBOX-API-KEY", "")
+	assert.Equal(t, 401, st, "no credentials")
+	st, _, _ = h.do("GET", path, nil, "OPEN-SANDBOX-API-KEY", "", headerExecdToken, epB.Headers[headerExecdToken])
+	assert.Equal(t, 401, st, "another sandbox's token")
+	st, _, _ = h.do("GET", path, nil)
+	assert.Equal(t, 200, st, "API key")
+	st, _ = h.execd(a.ID, "GET", "/ping", nil)
+	assert.Equal(t, 200, st, "own token")
+	st, _, _ = h.do("GET", "/v1/sandboxes/00000000-0000-4000-8000-000000000000/proxy/44772/ping", nil, "OPEN-SANDBOX-API-KEY", "")
+	assert.Equal(t, 401, st, "unknown sandbox without credentials does not reveal existence")
+	// A wasm sandbox has no other ports.
+	st, body, _ = h.do("GET", "/v1/sandboxes/"+a.ID+"/proxy/8000/", nil)
+	assert.Equal(t, 400, st)
+	assert.Contains(t, string(body), "runc")
+}
+
+func TestPersistenceAcrossRestart(t *testing.T) {
+	dataDir := t.TempDir()
+	h := newHarness(t, dataDir, harnessOpts{})
+	sb := h.create(map[string]any{"timeout": 3600, "metadata": map[string]string{"k": "v"}})
+	o := h.command(sb.ID, "echo kept > /workspace/note.txt")
+	require.Nil(t, o.err)
+	h.close()
+
+	h2 := newHarness(t, dataDir, harnessOpts{})
+	st, b, _ := h2.do("GET", "/v1/sandboxes/"+sb.ID, nil)
+	require.Equal(t, 200, st, string(b))
+	var got Sandbox
+	require.NoError(t, json.Unmarshal(b, &got))
+	assert.Equal(t, map[string]string{"k": "v"}, got.Metadata)
+	assert.True(t, got.ExpiresAt.Equal(*sb.ExpiresAt))
+	assert.Equal(t, StateRunning, got.Status.State)
+	assert.Equal(t, []string{"kept"}, h2.command(sb.ID, "cat /workspace/note.txt").stdout)
+}
+
+func TestReaper(t *testing.T) {
+	dataDir := t.TempDir()
+	h := newHarness(t, dataDir, harnessOpts{})
+	live := h.create(map[string]any{"timeout": 3600})
+	dead := h.create(map[string]any{"timeout": 3600})
+	expire := func(id string) {
+		rec, err := h.srv.store.get(id)
+		require.NoError(t, err)
+		past := time.Now().Add(-time.Second)
+		rec.ExpiresAt = &past
+		require.NoError(t, h.srv.store.put(rec))
+	}
+	expire(dead.ID)
+	h.srv.reapOnce(t.Context())
+	st, _, _ := h.do("GET", "/v1/sandboxes/"+dead.ID, nil)
+	assert.Equal(t, 404, st)
+	assert.NoDirExists(t, h.srv.sandboxDir(dead.ID))
+	st, _, _ = h.do("GET", "/v1/sandboxes/"+live.ID, nil)
+	assert.Equal(t, 200, st)
+
+	// A sandbox that expires while the server is down is deleted at start-up.
+	expire(live.ID)
+	h.close()
+	h2 := newHarness(t, dataDir, harnessOpts{})
+	st, _, _ = h2.do("GET", "/v1/sandboxes/"+live.ID, nil)
+	assert.Equal(t, 404, st)
+	_, err := os.Stat(filepath.Join(dataDir, "sandboxes", live.ID))
+	assert.True(t, os.IsNotExist(err))
+}
+
+func TestUnknownRoutesAnswerJSON(t *testing.T) {
+	h := newHarness(t, "", harnessOpts{})
+	st, b, _ := h.do("GET", "/v1/nope", nil)
+	require.Equal(t, 404, st)
+	assert.Contains(t, string(b), `"code"`)
+	sb := h.create(nil)
+	st, b = h.execd(sb.ID, "GET", "/no/such/route", nil)
+	require.Equal(t, 404, st)
+	assert.Contains(t, string(b), `"code"`)
+}
