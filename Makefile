@@ -33,8 +33,7 @@ run: build $(API_KEY_FILE)
 
 test: test-unit test-e2e
 
-test-unit: guests
-	$(GO) vet ./...
+test-unit: guests vet
 	$(GO) test -race -timeout 20m ./...
 
 test-e2e: build
@@ -46,8 +45,11 @@ bench: build
 check: vet
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1)
 
+# wasmfs implements wazero's File interface, whose Seek signature trips
+# vet's stdmethods check; that one check is off for that one package.
 vet:
-	$(GO) vet ./...
+	$(GO) vet $$($(GO) list ./... | grep -v /runtimes/wasm/wasmfs)
+	$(GO) vet -stdmethods=false ./runtimes/wasm/wasmfs
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
