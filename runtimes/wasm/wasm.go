@@ -162,15 +162,24 @@ func (r *Runtime) open(spec runtimes.Spec) (*Sandbox, error) {
 		MemoryLimitBytes: mem,
 		UnknownHint:      "(this is a wasm sandbox: only python, python3, node and built-in utilities run here; create the sandbox with extensions {\"hybox.io/runtime\":\"runc\"} to run other programs)",
 	}
-	eo := r.opts.Exec
-	eo.Backend = s
-	h, err := execd.New(eo)
-	if err != nil {
-		_ = root.Close()
-		return nil, err
-	}
-	s.execd = h
 	return s, nil
+}
+
+// handler returns the execd handler, building it on first use: an idle
+// sandbox holds no routes, contexts or buffers.
+func (s *Sandbox) handler() (*execd.Handler, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.execd == nil {
+		eo := s.rt.opts.Exec
+		eo.Backend = s
+		h, err := execd.New(eo)
+		if err != nil {
+			return nil, err
+		}
+		s.execd = h
+	}
+	return s.execd, nil
 }
 
 // Sandbox is one wasm sandbox.
@@ -204,7 +213,12 @@ func (s *Sandbox) Execd() http.Handler {
 			_, _ = io.WriteString(w, `{"code":"SANDBOX_PAUSED","message":"the sandbox is paused; resume it first"}`)
 			return
 		}
-		s.execd.ServeHTTP(w, r)
+		h, err := s.handler()
+		if err != nil {
+			http.Error(w, `{"code":"INTERNAL_ERROR","message":"execd unavailable"}`, http.StatusInternalServerError)
+			return
+		}
+		h.ServeHTTP(w, r)
 	})
 }
 
@@ -231,7 +245,12 @@ func (s *Sandbox) Resume(ctx context.Context) error {
 
 // Close stops everything running and closes the workspace root.
 func (s *Sandbox) Close(ctx context.Context) error {
-	s.execd.Close()
+	s.mu.Lock()
+	h := s.execd
+	s.mu.Unlock()
+	if h != nil {
+		h.Close()
+	}
 	return s.root.Close()
 }
 
