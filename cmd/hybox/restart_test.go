@@ -1,0 +1,156 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hybox-dev/hybox/internal/testenv"
+)
+
+// buildHybox compiles the real binary once per test.
+func buildHybox(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "hybox")
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	cmd.Stderr = os.Stderr
+	require.NoError(t, cmd.Run())
+	return bin
+}
+
+func freeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().String()
+}
+
+type proc struct {
+	cmd *exec.Cmd
+	log *bytes.Buffer
+}
+
+func startServe(t *testing.T, bin, addr, dataDir string, extra ...string) *proc {
+	t.Helper()
+	args := append([]string{"serve", "--addr", addr, "--data-dir", dataDir, "--api-key", "k", "--guest-dir", testenv.GuestDir(t)}, extra...)
+	cmd := exec.Command(bin, args...)
+	var log bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	require.NoError(t, cmd.Start())
+	p := &proc{cmd: cmd, log: &log}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get("http://" + addr + "/health"); err == nil {
+			resp.Body.Close()
+			return p
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("hybox did not come up: %s", log.String())
+	return nil
+}
+
+func call(t *testing.T, method, url, body string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("OPEN-SANDBOX-API-KEY", "k")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+// TestKill9Restart kills the real server with SIGKILL and checks that a new
+// one serves the same sandboxes with their metadata, expiry and files.
+func TestKill9Restart(t *testing.T) {
+	bin := buildHybox(t)
+	addr, data := freeAddr(t), t.TempDir()
+	p := startServe(t, bin, addr, data)
+	base := "http://" + addr + "/v1"
+
+	st, b := call(t, "POST", base+"/sandboxes", `{"image":{"uri":"wasm://default"},"timeout":3600,"metadata":{"owner":"kill9"}}`)
+	require.Equal(t, 202, st, string(b))
+	var sb struct {
+		ID        string            `json:"id"`
+		ExpiresAt time.Time         `json:"expiresAt"`
+		Metadata  map[string]string `json:"metadata"`
+	}
+	require.NoError(t, json.Unmarshal(b, &sb))
+	st, b = call(t, "POST", base+"/sandboxes/"+sb.ID+"/proxy/44772/command", `{"command":"echo survived > /workspace/f.txt"}`)
+	require.Equal(t, 200, st, string(b))
+	require.Contains(t, string(b), "execution_complete")
+
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGKILL))
+	_, _ = p.cmd.Process.Wait()
+
+	startServe(t, bin, addr, data)
+	st, b = call(t, "GET", base+"/sandboxes?metadata=owner%3Dkill9", "")
+	require.Equal(t, 200, st)
+	var list struct {
+		Items []struct {
+			ID        string            `json:"id"`
+			ExpiresAt time.Time         `json:"expiresAt"`
+			Metadata  map[string]string `json:"metadata"`
+			Status    struct{ State string }
+		} `json:"items"`
+	}
+	require.NoError(t, json.Unmarshal(b, &list))
+	require.Len(t, list.Items, 1)
+	got := list.Items[0]
+	assert.Equal(t, sb.ID, got.ID)
+	assert.True(t, got.ExpiresAt.Equal(sb.ExpiresAt))
+	assert.Equal(t, map[string]string{"owner": "kill9"}, got.Metadata)
+	assert.Equal(t, "Running", got.Status.State)
+	st, b = call(t, "GET", base+"/sandboxes/"+sb.ID+"/proxy/44772/files/download?path=/workspace/f.txt", "")
+	require.Equal(t, 200, st, string(b))
+	assert.Equal(t, "survived\n", string(b))
+}
+
+func TestServeRefusesWithoutKey(t *testing.T) {
+	bin := buildHybox(t)
+	cmd := exec.Command(bin, "serve", "--addr", freeAddr(t), "--data-dir", t.TempDir())
+	cmd.Env = append(os.Environ(), "HYBOX_API_KEY=", "HYBOX_INSECURE=")
+	out, err := cmd.CombinedOutput()
+	require.Error(t, err, "serve must refuse to start without a key")
+	assert.Contains(t, string(out), "API key")
+}
+
+func TestLoadConfigPrecedence(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "hybox.toml")
+	require.NoError(t, os.WriteFile(path, []byte("addr = \"127.0.0.1:9\"\ndata_dir = \"/from/file\"\n[wasm]\npython_pool = 5\n"), 0o600))
+	env := map[string]string{"HYBOX_DATA_DIR": "/from/env"}
+	c, err := loadConfig(path, func(k string) string { return env[k] })
+	require.NoError(t, err)
+	assert.Equal(t, "127.0.0.1:9", c.Addr, "file overrides defaults")
+	assert.Equal(t, "/from/env", c.DataDir, "env overrides file")
+	assert.Equal(t, 5, c.Wasm.PythonPool)
+	assert.Equal(t, "512Mi", c.Wasm.DefaultMemory, "embedded default kept")
+
+	require.NoError(t, os.WriteFile(path, []byte("adr = \"typo\"\n"), 0o600))
+	_, err = loadConfig(path, func(string) string { return "" })
+	require.ErrorContains(t, err, "unknown keys: adr")
+
+	_, err = loadConfig("", func(k string) string {
+		if k == "HYBOX_INSECURE" {
+			return "maybe"
+		}
+		return ""
+	})
+	require.ErrorContains(t, err, "HYBOX_INSECURE")
+}

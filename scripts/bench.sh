@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Runs the benchmarks and prints them as a table. The raw `go test -bench`
+# output is kept in build/bench.txt.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mkdir -p build
+out=build/bench.txt
+{
+	go test -run '^$' -bench 'CreateToFirst|OneShotPython' -benchtime 40x ./server/
+	go test -run '^$' -bench 'WarmPython|WarmJavaScript|OneShotJavaScript' -benchtime 500x ./server/
+	go test -run '^$' -bench 'ExecutionsPerSecond' -benchtime 2000x ./server/
+	go test -run '^$' -bench 'MemoryPerIdleSandbox' -benchtime 500x ./server/
+	go test -run '^$' -bench 'MemoryPerPythonContext' -benchtime 10x ./server/
+} | tee "$out" | grep -E '^(Benchmark|ok|FAIL|---)' || true
+echo
+echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+printf '%-40s %12s %12s %14s\n' benchmark p50-ms p99-ms other
+grep -E '^Benchmark' "$out" | while read -r name _ _ _ rest; do
+	p50=$(echo "$rest" | grep -oE '[0-9.]+ p50-ms' | cut -d' ' -f1 || true)
+	p99=$(echo "$rest" | grep -oE '[0-9.]+ p99-ms' | cut -d' ' -f1 || true)
+	other=$(echo "$rest" | grep -oE '[0-9.]+ (execs/s|KiB/sandbox|MiB/context)' || true)
+	printf '%-40s %12s %12s %14s\n' "${name%-*}" "${p50:--}" "${p99:--}" "${other:--}"
+done
+grep -q '^FAIL' "$out" && exit 1 || exit 0
