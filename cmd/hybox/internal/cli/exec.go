@@ -1,0 +1,254 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hybox-dev/hybox/client"
+)
+
+// interruptGrace bounds the request that interrupts a remote execution
+// after the user pressed Ctrl-C.
+const interruptGrace = 5 * time.Second
+
+func (a *app) newExecCmd() *cobra.Command {
+	var (
+		cwd        string
+		env        []string
+		timeout    seconds
+		background bool
+	)
+	cmd := &cobra.Command{
+		Use:   "exec ID -- COMMAND [ARG...]",
+		Short: "Run a command in a sandbox",
+		Long: "Run a shell command in a sandbox, streaming its stdout and stderr, and exit with\n" +
+			"its exit code. One COMMAND argument is a shell command line as it is\n" +
+			"(hybox exec ID -- 'ls | wc -l'); several are quoted and joined.\n" +
+			"--background starts it and prints its id.",
+		Args: argsUsage(cobra.MinimumNArgs(2)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, argv := args[0], args[1:]
+			if argv[0] == "--" {
+				argv = argv[1:]
+			}
+			if len(argv) == 0 {
+				return usagef(cmd, "no command given")
+			}
+			envs, err := parsePairs("env", env)
+			if err != nil {
+				return usageError{cmd: cmd, err: err}
+			}
+			c, err := a.client(cmd)
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			ex, err := c.Execd(ctx, id)
+			if err != nil {
+				return err
+			}
+			st, err := ex.RunCommand(ctx, client.CommandRequest{
+				Command: shellJoin(argv), Cwd: cwd, Background: background,
+				Timeout: timeout.d.Milliseconds(), Envs: envs,
+			})
+			if err != nil {
+				return err
+			}
+			x, err := st.Collect(func(ev client.Event) {
+				switch ev.Type {
+				case client.EventStdout:
+					fmt.Fprintln(a.env.Stdout, ev.Text)
+				case client.EventStderr:
+					fmt.Fprintln(a.env.Stderr, ev.Text)
+				}
+			})
+			if err != nil {
+				return a.streamFailed(ctx, err, x, func(ctx context.Context, id string) error { return ex.InterruptCommand(ctx, id) })
+			}
+			if background {
+				_, err := fmt.Fprintln(a.env.Stdout, x.ID)
+				return err
+			}
+			if code, ok := x.ExitCode(); ok {
+				if code != 0 {
+					return exitError{code: code}
+				}
+				return nil
+			}
+			return exitError{code: ExitError, msg: x.Error.Error()}
+		},
+	}
+	f := cmd.Flags()
+	f.SetInterspersed(false) // everything after ID belongs to the command
+	f.StringVar(&cwd, "cwd", "", "working directory of the command")
+	f.StringArrayVar(&env, "env", nil, "environment variable KEY=VALUE (repeatable)")
+	f.Var(&timeout, "timeout", "kill the command after this long (seconds or a duration; default: the server's)")
+	f.BoolVar(&background, "background", false, "start the command in the background and print its id")
+	return cmd
+}
+
+// streamFailed handles a stream that ended badly. When the user
+// interrupted (ctx cancelled), it interrupts the remote execution x.ID.
+func (a *app) streamFailed(ctx context.Context, err error, x *client.Execution, interrupt func(context.Context, string) error) error {
+	if ctx.Err() != nil {
+		if x != nil && x.ID != "" {
+			ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), interruptGrace)
+			defer cancel()
+			if ierr := interrupt(ictx, x.ID); ierr != nil {
+				fmt.Fprintf(a.env.Stderr, "error: interrupting %s: %v\n", x.ID, ierr)
+			}
+		}
+		return exitError{code: ExitInterrupted, msg: "interrupted"}
+	}
+	if errors.Is(err, client.ErrIncomplete) {
+		return exitError{code: ExitError, msg: "the stream ended before the execution finished"}
+	}
+	return err
+}
+
+var languages = []string{"python", "javascript"}
+
+func (a *app) newRunCmd() *cobra.Command {
+	var (
+		sandboxID, language, contextID, file string
+		timeout                              seconds
+	)
+	cmd := &cobra.Command{
+		Use:   "run [--sandbox ID] [--language L] (CODE | -f FILE | -)",
+		Short: "Run code, in a sandbox or in a one-shot one",
+		Long: "Run Python or JavaScript code and stream its output; results are printed after it.\n" +
+			"Without --sandbox the code runs in a throw-away sandbox (POST /v1/run). With\n" +
+			"--sandbox it runs in the sandbox's default context of the language, or in\n" +
+			"--context. On error the traceback goes to stderr and the exit code is 1.\n" +
+			"The code comes from the argument, from -f FILE, or from stdin with - (or -f -).",
+		Args: argsUsage(cobra.MaximumNArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !contains(languages, language) {
+				return usagef(cmd, "--language %q: want one of %s", language, strings.Join(languages, ", "))
+			}
+			if contextID != "" && sandboxID == "" {
+				return usagef(cmd, "--context needs --sandbox")
+			}
+			code, err := a.readCode(cmd, args, file)
+			if err != nil {
+				return err
+			}
+			c, err := a.client(cmd)
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			var (
+				st        *client.Stream
+				interrupt = func(context.Context, string) error { return nil }
+			)
+			if sandboxID == "" {
+				st, err = c.Run(ctx, client.RunRequest{Language: language, Code: code, TimeoutMs: timeout.d.Milliseconds()})
+			} else {
+				if timeout.d > 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, timeout.d)
+					defer cancel()
+				}
+				var ex *client.Execd
+				if ex, err = c.Execd(ctx, sandboxID); err != nil {
+					return err
+				}
+				interrupt = ex.InterruptCode
+				st, err = ex.RunCode(ctx, client.CodeRequest{Context: client.CodeContext{ID: contextID, Language: language}, Code: code})
+			}
+			if err != nil {
+				return err
+			}
+			x, err := st.Collect(func(ev client.Event) { a.printCodeEvent(ev) })
+			if err != nil {
+				if errors.Is(ctx.Err(), context.DeadlineExceeded) && cmd.Context().Err() == nil {
+					ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), interruptGrace)
+					defer cancel()
+					_ = interrupt(ictx, x.ID)
+					return exitError{code: ExitError, msg: "timed out after " + timeout.d.String()}
+				}
+				return a.streamFailed(ctx, err, x, interrupt)
+			}
+			if x.Error != nil {
+				a.printTraceback(x.Error)
+				return exitError{code: ExitError}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&sandboxID, "sandbox", "", "run in this sandbox (default: a one-shot sandbox)")
+	f.StringVarP(&language, "language", "l", "python", "language: python or javascript")
+	f.StringVar(&contextID, "context", "", "code context id in the sandbox (default: the language's default context)")
+	f.StringVarP(&file, "file", "f", "", "read the code from FILE (- for stdin)")
+	f.Var(&timeout, "timeout", "stop the code after this long (seconds or a duration)")
+	return cmd
+}
+
+// readCode returns the code from the argument, -f FILE or stdin.
+func (a *app) readCode(cmd *cobra.Command, args []string, file string) (string, error) {
+	switch {
+	case len(args) == 1 && file != "":
+		return "", usagef(cmd, "give the code either as an argument or with -f, not both")
+	case len(args) == 0 && file == "":
+		return "", usagef(cmd, "no code: give CODE, -f FILE, or - to read stdin")
+	case file == "-" || len(args) == 1 && args[0] == "-":
+		b, err := io.ReadAll(a.env.Stdin)
+		if err != nil {
+			return "", fmt.Errorf("read stdin: %w", err)
+		}
+		return string(b), nil
+	case file != "":
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", usageError{cmd: cmd, err: err}
+		}
+		return string(b), nil
+	}
+	return args[0], nil
+}
+
+// printCodeEvent writes one event of a code stream: output as it comes
+// (code output carries its own newlines), results as text.
+func (a *app) printCodeEvent(ev client.Event) {
+	switch ev.Type {
+	case client.EventStdout:
+		io.WriteString(a.env.Stdout, ev.Text)
+	case client.EventStderr:
+		io.WriteString(a.env.Stderr, ev.Text)
+	case client.EventResult:
+		if s, ok := ev.ResultText(); ok {
+			if !strings.HasSuffix(s, "\n") {
+				s += "\n"
+			}
+			io.WriteString(a.env.Stdout, s)
+			return
+		}
+		kinds := make([]string, 0, len(ev.Results))
+		for k := range ev.Results {
+			kinds = append(kinds, k)
+		}
+		sort.Strings(kinds)
+		fmt.Fprintf(a.env.Stderr, "[result not shown: %s]\n", strings.Join(kinds, ", "))
+	}
+}
+
+// printTraceback writes a code error to stderr.
+func (a *app) printTraceback(e *client.ExecError) {
+	if len(e.Traceback) > 0 {
+		for _, l := range e.Traceback {
+			fmt.Fprintln(a.env.Stderr, strings.TrimRight(l, "\n"))
+		}
+		return
+	}
+	fmt.Fprintln(a.env.Stderr, e.Error())
+}

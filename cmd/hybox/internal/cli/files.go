@@ -1,0 +1,226 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hybox-dev/hybox/client"
+)
+
+func (a *app) newFilesCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "files",
+		Aliases: []string{"file", "fs"},
+		Short:   "Copy files into and out of a sandbox, list directories",
+		RunE:    groupRun,
+	}
+	cmd.AddCommand(a.newPutCmd(), a.newGetFileCmd(), a.newLsCmd())
+	return cmd
+}
+
+func (a *app) newPutCmd() *cobra.Command {
+	var mode string
+	cmd := &cobra.Command{
+		Use:   "put ID LOCAL REMOTE",
+		Short: "Upload a local file (- for stdin) to REMOTE in a sandbox",
+		Args:  argsUsage(cobra.ExactArgs(3)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, local, remote := args[0], args[1], args[2]
+			up := client.Upload{Path: remote}
+			if mode != "" {
+				m, err := strconv.ParseUint(mode, 8, 32)
+				if err != nil || m > 0o7777 {
+					return usagef(cmd, "--mode %q: want octal digits such as 644", mode)
+				}
+				up.Mode = octalDigits(fs.FileMode(m))
+			}
+			if local == "-" {
+				up.Content = a.env.Stdin
+			} else {
+				f, err := os.Open(local)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				fi, err := f.Stat()
+				if err != nil {
+					return err
+				}
+				if fi.IsDir() {
+					return usagef(cmd, "%s is a directory", local)
+				}
+				if up.Mode == 0 {
+					up.Mode = octalDigits(fi.Mode().Perm())
+				}
+				up.Content = f
+			}
+			c, err := a.client(cmd)
+			if err != nil {
+				return err
+			}
+			ex, err := c.Execd(cmd.Context(), id)
+			if err != nil {
+				return err
+			}
+			return ex.UploadFiles(cmd.Context(), up)
+		},
+	}
+	cmd.Flags().StringVar(&mode, "mode", "", "file mode in octal (default: the local file's)")
+	return cmd
+}
+
+// octalDigits writes a permission as the protocol does: octal digits read
+// as a decimal number (0o755 → 755).
+func octalDigits(m fs.FileMode) int {
+	n, _ := strconv.Atoi(strconv.FormatUint(uint64(m&0o7777), 8))
+	return n
+}
+
+// fromOctalDigits is the inverse of octalDigits.
+func fromOctalDigits(n int) fs.FileMode {
+	m, err := strconv.ParseUint(strconv.Itoa(n), 8, 32)
+	if err != nil {
+		return 0
+	}
+	return fs.FileMode(m) & fs.ModePerm
+}
+
+func (a *app) newGetFileCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "get ID REMOTE [LOCAL|-]",
+		Short: "Download REMOTE from a sandbox to LOCAL (default: its base name here; - for stdout)",
+		Args:  argsUsage(cobra.RangeArgs(2, 3)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, remote := args[0], args[1]
+			local := path.Base(remote)
+			if len(args) == 3 {
+				local = args[2]
+			}
+			if local == "/" || local == "." || local == ".." {
+				return usagef(cmd, "cannot name a local file after %q: give LOCAL", remote)
+			}
+			c, err := a.client(cmd)
+			if err != nil {
+				return err
+			}
+			ex, err := c.Execd(cmd.Context(), id)
+			if err != nil {
+				return err
+			}
+			rc, err := ex.Download(cmd.Context(), remote)
+			if err != nil {
+				return err
+			}
+			defer rc.Close()
+			if local == "-" {
+				_, err := io.Copy(a.env.Stdout, rc)
+				return err
+			}
+			if fi, err := os.Stat(local); err == nil && fi.IsDir() {
+				local = filepath.Join(local, path.Base(remote))
+			}
+			return writeFileAtomic(local, rc)
+		},
+	}
+}
+
+// writeFileAtomic writes r to a temporary file beside name and renames it,
+// so that a failed download leaves no partial file.
+func writeFileAtomic(name string, r io.Reader) error {
+	f, err := os.CreateTemp(filepath.Dir(name), "."+filepath.Base(name)+".hybox-*")
+	if err != nil {
+		return err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	if _, err := io.Copy(f, r); err != nil {
+		return fmt.Errorf("download: %w", err)
+	}
+	if err := f.Chmod(0o644); err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(f.Name(), name); err != nil {
+		return err
+	}
+	ok = true
+	return nil
+}
+
+func (a *app) newLsCmd() *cobra.Command {
+	var depth int
+	cmd := &cobra.Command{
+		Use:   "ls ID [PATH]",
+		Short: "List a directory of a sandbox (default /)",
+		Args:  argsUsage(cobra.RangeArgs(1, 2)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			asJSON, err := a.json(cmd)
+			if err != nil {
+				return err
+			}
+			dir := "/"
+			if len(args) == 2 {
+				dir = args[1]
+			}
+			c, err := a.client(cmd)
+			if err != nil {
+				return err
+			}
+			ex, err := c.Execd(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			list, err := ex.ListDir(cmd.Context(), dir, depth)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				if list == nil {
+					list = []client.FileInfo{}
+				}
+				return writeValue(a.env.Stdout, list)
+			}
+			tw := tabwriter.NewWriter(a.env.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "MODE\tSIZE\tMODIFIED\tPATH")
+			for _, fi := range list {
+				name := fi.Path
+				if fi.Type == client.FileTypeDirectory {
+					name += "/"
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", modeString(fi), fi.Size, dash(fi.ModifiedAt), name)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().IntVar(&depth, "depth", 1, "levels to list")
+	return cmd
+}
+
+// modeString renders a FileInfo's type and mode like ls -l does.
+func modeString(fi client.FileInfo) string {
+	m := fromOctalDigits(fi.Mode)
+	switch fi.Type {
+	case client.FileTypeDirectory:
+		m |= fs.ModeDir
+	case client.FileTypeSymlink:
+		m |= fs.ModeSymlink
+	case client.FileTypeOther:
+		m |= fs.ModeIrregular
+	}
+	return m.String()
+}
