@@ -1,0 +1,210 @@
+# hybox persistent-context driver for the CPython WASI guest.
+#
+# Run as `python -u -c <this file>`. It keeps one interpreter alive and runs
+# the code cells the host sends, like a notebook kernel.
+#
+# Requests (host -> guest, fd 0): "<kind> <decimal byte length>\n<payload>".
+#   init: payload {"cwd": "/dir", "env": {"HOME": "/dir"}} (JSON); no reply
+#   exec: payload is the cell's source (UTF-8); reply: frames, then done
+#
+# Replies (guest -> host, fd 1): MAGIC + one line of ASCII JSON + "\n".
+#   {"type": "ready"}                          once, after start-up
+#   {"type": "result", "data": {mime: str}}   value of a trailing expression
+#   {"type": "error", "ename", "evalue", "traceback": [str]}
+#   {"type": "done"}                           end of one exec request
+# Every other byte on fd 1 is the cell's stdout, written through as it is
+# produced; fd 2 carries its stderr.
+
+import ast
+import base64
+import builtins
+import io
+import json
+import linecache
+import os
+import sys
+import traceback
+import types
+
+MAGIC = b"\x00\x1bHYBOX\x1d"
+DRIVER_FILE = sys._getframe().f_code.co_filename
+
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _flush_user_streams():
+    for s in (sys.stdout, sys.stderr):
+        try:
+            s.flush()
+        except Exception:
+            pass
+
+
+def _frame(obj):
+    _flush_user_streams()
+    _write_all(1, MAGIC + json.dumps(obj, ensure_ascii=True).encode("ascii") + b"\n")
+
+
+class _Requests:
+    """Reads length-prefixed JSON requests from fd 0."""
+
+    def __init__(self):
+        self.buf = b""
+
+    def _fill(self):
+        chunk = os.read(0, 1 << 16)
+        if not chunk:
+            raise EOFError
+        self.buf += chunk
+
+    def next(self):
+        """Returns (kind, payload bytes)."""
+        while b"\n" not in self.buf:
+            self._fill()
+        head, _, self.buf = self.buf.partition(b"\n")
+        kind, _, size = head.partition(b" ")
+        size = int(size)
+        while len(self.buf) < size:
+            self._fill()
+        body, self.buf = self.buf[:size], self.buf[size:]
+        return kind, body
+
+
+_LAST = "__hybox_last_value__"
+
+_MIME_REPRS = (
+    ("text/html", "_repr_html_"),
+    ("text/markdown", "_repr_markdown_"),
+    ("image/svg+xml", "_repr_svg_"),
+    ("image/png", "_repr_png_"),
+    ("image/jpeg", "_repr_jpeg_"),
+    ("text/latex", "_repr_latex_"),
+    ("application/json", "_repr_json_"),
+)
+
+
+def _mime_bundle(value):
+    bundle = {"text/plain": repr(value)}
+    for mime, meth in _MIME_REPRS:
+        fn = getattr(value, meth, None)
+        if fn is None or not callable(fn):
+            continue
+        try:
+            data = fn()
+        except Exception:
+            continue
+        if data is None:
+            continue
+        if isinstance(data, tuple):  # (data, metadata) form
+            data = data[0]
+        if isinstance(data, (bytes, bytearray)):
+            data = base64.b64encode(data).decode("ascii")
+        elif not isinstance(data, str):
+            data = json.dumps(data)
+        bundle[mime] = data
+    return bundle
+
+
+def display(*objs):
+    """Emits each object as a rich result, like IPython's display()."""
+    for obj in objs:
+        _frame({"type": "result", "data": _mime_bundle(obj)})
+
+
+def _user_traceback(exc):
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == DRIVER_FILE:
+        tb = tb.tb_next
+    return traceback.format_exception(type(exc), exc, tb)
+
+
+def _error(exc, tb_lines):
+    _frame({
+        "type": "error",
+        "ename": type(exc).__name__,
+        "evalue": str(exc),
+        "traceback": tb_lines,
+    })
+
+
+class _Kernel:
+    def __init__(self):
+        self.count = 0
+        main = types.ModuleType("__main__")
+        main.__builtins__ = builtins
+        sys.modules["__main__"] = main
+        self.ns = main.__dict__
+        builtins.display = display
+        # Cells must not read the request stream: give them an empty stdin.
+        sys.stdin = io.StringIO("")
+
+    def init(self, payload):
+        req = json.loads(payload)
+        for k, v in (req.get("env") or {}).items():
+            os.environ[k] = v
+        cwd = req.get("cwd")
+        if cwd:
+            try:
+                os.chdir(cwd)
+            except OSError as e:
+                print("hybox: cannot change directory to %r: %s" % (cwd, e), file=sys.stderr)
+
+    def run(self, code):
+        self.count += 1
+        name = "<cell-%d>" % self.count
+        linecache.cache[name] = (len(code), None, code.splitlines(True), name)
+        try:
+            tree = ast.parse(code, name, "exec")
+        except (SyntaxError, ValueError, OverflowError, MemoryError, RecursionError) as e:
+            _error(e, traceback.format_exception_only(type(e), e))
+            return
+        # The value of a trailing expression statement is the cell's result.
+        # One compile is the costly part of a small cell (the guest is built
+        # at -O0), so a lone expression is compiled in eval mode and
+        # otherwise the statement becomes an assignment to a hidden name.
+        body = tree.body
+        has_value = bool(body) and isinstance(body[-1], ast.Expr)
+        try:
+            if has_value and len(body) == 1:
+                value = eval(compile(ast.Expression(body[0].value), name, "eval"), self.ns)
+            else:
+                if has_value:
+                    last = body[-1]
+                    body[-1] = ast.copy_location(
+                        ast.Assign(targets=[ast.Name(_LAST, ast.Store())], value=last.value), last)
+                    ast.fix_missing_locations(body[-1])
+                exec(compile(tree, name, "exec"), self.ns)
+                value = self.ns.pop(_LAST, None)
+            if value is not None:
+                self.ns["_"] = value
+                display(value)
+        except BaseException as e:  # SystemExit and KeyboardInterrupt included
+            try:
+                lines = _user_traceback(e)
+            except BaseException:
+                lines = []
+            _error(e, lines)
+
+
+def _main():
+    kernel = _Kernel()
+    requests = _Requests()
+    _frame({"type": "ready"})
+    while True:
+        try:
+            kind, payload = requests.next()
+        except EOFError:
+            return
+        if kind == b"init":
+            kernel.init(payload)
+        elif kind == b"exec":
+            kernel.run(payload.decode("utf-8", "surrogateescape"))
+            _frame({"type": "done"})
+
+
+_main()

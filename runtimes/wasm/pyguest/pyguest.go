@@ -1,0 +1,338 @@
+// Package pyguest runs Python code in the CPython 3.12 WASI guest
+// (python.wasm): persistent, notebook-like code contexts kept alive between
+// executions, and one-shot `python3 ...` shell commands.
+//
+// A context is one guest instance running driver.py, which reads requests on
+// stdin and writes control frames on stdout (the framing is described in
+// driver.py and demux.go). Because a fresh guest takes 100-300 ms to start, a
+// Manager keeps a small pool of started guests whose filesystem (a
+// wasmfs.Switch) is unbound until a sandbox claims one.
+package pyguest
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/google/uuid"
+	"github.com/tetratelabs/wazero"
+
+	"github.com/hybox-dev/hybox/execd"
+	"github.com/hybox-dev/hybox/runtimes/wasm/engine"
+)
+
+//go:embed driver.py
+var driverSource string
+
+//go:embed site/sitecustomize.py
+var siteFiles embed.FS
+
+// siteDir is where site/ is mounted, read-only, in every guest; it is on
+// PYTHONPATH so that site.py runs sitecustomize.py at start-up.
+const siteDir = "/.hybox/python"
+
+// Defaults applied by NewManager to zero Options fields.
+const (
+	DefaultPoolSize         = 2
+	DefaultMemoryLimitBytes = 256 << 20
+	DefaultOutputLimitBytes = 10 << 20
+)
+
+// ErrClosed is returned by calls on a closed Manager or Interpreter.
+var ErrClosed = errors.New("pyguest: closed")
+
+// Options configures a Manager.
+type Options struct {
+	// Engine holds the wazero runtime and compiles python.wasm. Required.
+	Engine *engine.Engine
+	// PoolSize is how many started interpreters are kept ready (default 2;
+	// negative means none).
+	PoolSize int
+	// MemoryLimitBytes caps an interpreter's linear memory when the caller
+	// gives no limit (default 256 MiB).
+	MemoryLimitBytes int64
+	// OutputLimitBytes caps stdout+stderr+results of one execution (default 10 MiB).
+	OutputLimitBytes int64
+}
+
+// Validate reports whether the options are usable.
+//
+// # Errors
+// When Engine is nil or a limit is negative.
+func (o Options) Validate() error {
+	switch {
+	case o.Engine == nil:
+		return errors.New("pyguest: Options.Engine is required")
+	case o.MemoryLimitBytes < 0:
+		return errors.New("pyguest: negative MemoryLimitBytes")
+	case o.OutputLimitBytes < 0:
+		return errors.New("pyguest: negative OutputLimitBytes")
+	}
+	return nil
+}
+
+func (o Options) withDefaults() Options {
+	if o.PoolSize == 0 {
+		o.PoolSize = DefaultPoolSize
+	}
+	if o.PoolSize < 0 {
+		o.PoolSize = 0
+	}
+	if o.MemoryLimitBytes == 0 {
+		o.MemoryLimitBytes = DefaultMemoryLimitBytes
+	}
+	if o.OutputLimitBytes == 0 {
+		o.OutputLimitBytes = DefaultOutputLimitBytes
+	}
+	return o
+}
+
+// Manager owns the pool of pre-started interpreters. It is safe for
+// concurrent use.
+type Manager struct {
+	opts   Options
+	cm     wazero.CompiledModule
+	site   fs.FS           // site/ of siteFiles
+	base   context.Context // parent of every guest's context
+	cancel context.CancelFunc
+	log    *slog.Logger
+	prefix string
+	seq    atomic.Uint64
+
+	mu     sync.Mutex
+	pool   []*instance
+	closed bool
+	full   chan struct{} // closed and replaced whenever the pool becomes full
+
+	refill chan struct{} // capacity 1: a pending refill request
+	wg     sync.WaitGroup
+}
+
+// NewManager compiles python.wasm (or takes it from the engine's cache) and
+// starts filling the pool in the background.
+//
+// # Errors
+// Invalid options, or engine.ErrGuestMissing / a compile error.
+func NewManager(ctx context.Context, opts Options) (*Manager, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts = opts.withDefaults()
+	cm, err := opts.Engine.Compile(ctx, engine.Python)
+	if err != nil {
+		return nil, fmt.Errorf("pyguest: %w", err)
+	}
+	site, err := fs.Sub(siteFiles, "site")
+	if err != nil {
+		return nil, err
+	}
+	base, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	m := &Manager{
+		opts:   opts,
+		cm:     cm,
+		site:   site,
+		base:   base,
+		cancel: cancel,
+		log:    slog.Default().With("component", "pyguest"),
+		prefix: "pyguest-" + uuid.NewString()[:8],
+		full:   make(chan struct{}),
+		refill: make(chan struct{}, 1),
+	}
+	m.wg.Add(1)
+	go m.refillLoop()
+	m.kick()
+	return m, nil
+}
+
+func (m *Manager) nextName() string {
+	return fmt.Sprintf("%s-%d", m.prefix, m.seq.Add(1))
+}
+
+// kick asks the refill loop to top up the pool.
+func (m *Manager) kick() {
+	select {
+	case m.refill <- struct{}{}:
+	default:
+	}
+}
+
+// refillLoop starts guests one at a time until the pool is full.
+func (m *Manager) refillLoop() {
+	defer m.wg.Done()
+	for {
+		select {
+		case <-m.base.Done():
+			return
+		case <-m.refill:
+		}
+		for {
+			m.mu.Lock()
+			n, closed := len(m.pool), m.closed
+			if n >= m.opts.PoolSize {
+				close(m.full)
+				m.full = make(chan struct{})
+			}
+			m.mu.Unlock()
+			if closed || n >= m.opts.PoolSize {
+				break
+			}
+			inst, err := m.start(m.base)
+			if err != nil {
+				if m.base.Err() == nil {
+					m.log.Error("starting pooled python guest", "err", err)
+				}
+				break // the next claim kicks again
+			}
+			m.mu.Lock()
+			if m.closed {
+				m.mu.Unlock()
+				inst.kill(ErrClosed)
+				return
+			}
+			m.pool = append(m.pool, inst)
+			m.mu.Unlock()
+		}
+	}
+}
+
+// waitFull blocks until the pool is full (for tests and benchmarks).
+func (m *Manager) waitFull(ctx context.Context) error {
+	for {
+		m.mu.Lock()
+		n, ch := len(m.pool), m.full
+		m.mu.Unlock()
+		if n >= m.opts.PoolSize {
+			return nil
+		}
+		m.kick()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// take returns a started, unbound guest: from the pool when one is ready,
+// else started now. It never waits for a refill.
+func (m *Manager) take(ctx context.Context) (*instance, error) {
+	for {
+		m.mu.Lock()
+		if m.closed {
+			m.mu.Unlock()
+			return nil, ErrClosed
+		}
+		var inst *instance
+		if n := len(m.pool); n > 0 {
+			inst = m.pool[n-1]
+			m.pool[n-1] = nil
+			m.pool = m.pool[:n-1]
+		}
+		m.mu.Unlock()
+		m.kick()
+		if inst == nil {
+			return m.start(ctx)
+		}
+		if inst.alive() {
+			return inst, nil
+		}
+	}
+}
+
+// claim takes a guest and gives it to a sandbox: binds its filesystem to
+// root, sets its memory cap and moves it to cwd.
+func (m *Manager) claim(ctx context.Context, root *os.Root, cwd string, memLimit int64) (*instance, error) {
+	inst, err := m.take(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if memLimit <= 0 {
+		memLimit = m.opts.MemoryLimitBytes
+	}
+	inst.sw.Bind(root)
+	inst.limit.Set(memLimit)
+	req, err := json.Marshal(map[string]any{"cwd": cwd, "env": map[string]string{"HOME": cwd}})
+	if err != nil {
+		return nil, err
+	}
+	if err := inst.send("init", req); err != nil {
+		inst.kill(err)
+		return nil, err
+	}
+	return inst, nil
+}
+
+// NewInterpreter returns a persistent Python context for a sandbox whose
+// filesystem is root, working in cwd (a guest path; "" = "/"), with its
+// linear memory capped at memLimitBytes (<= 0 = Options.MemoryLimitBytes).
+// HOME is set to cwd.
+//
+// # Errors
+// ErrClosed after Close; an error when cwd is not a directory in root or no
+// guest could be started.
+func (m *Manager) NewInterpreter(ctx context.Context, root *os.Root, cwd string, memLimitBytes int64) (execd.Interpreter, error) {
+	if root == nil {
+		return nil, errors.New("pyguest: nil root")
+	}
+	cwd, err := checkDir(root, cwd)
+	if err != nil {
+		return nil, err
+	}
+	inst, err := m.claim(ctx, root, cwd, memLimitBytes)
+	if err != nil {
+		return nil, fmt.Errorf("pyguest: new interpreter: %w", err)
+	}
+	return &interpreter{m: m, root: root, cwd: cwd, memLimit: memLimitBytes, inst: inst}, nil
+}
+
+// checkDir cleans the guest path cwd and checks that it is a directory.
+func checkDir(root *os.Root, cwd string) (string, error) {
+	if cwd == "" {
+		cwd = "/"
+	}
+	if !strings.HasPrefix(cwd, "/") {
+		return "", fmt.Errorf("pyguest: cwd %q is not absolute", cwd)
+	}
+	cwd = path.Clean(cwd)
+	rel := strings.TrimPrefix(cwd, "/")
+	if rel == "" {
+		rel = "."
+	}
+	fi, err := root.Stat(rel)
+	if err != nil {
+		return "", fmt.Errorf("pyguest: cwd %s: %w", cwd, err)
+	}
+	if !fi.IsDir() {
+		return "", fmt.Errorf("pyguest: cwd %s is not a directory", cwd)
+	}
+	return cwd, nil
+}
+
+// Close stops the pool and every guest started by this Manager, including
+// those of live interpreters. It is safe to call more than once.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	pool := m.pool
+	m.pool = nil
+	m.mu.Unlock()
+	m.cancel()
+	for _, inst := range pool {
+		inst.kill(ErrClosed)
+	}
+	m.wg.Wait()
+	return nil
+}

@@ -1,0 +1,57 @@
+# hybox start-up hook for the CPython WASI guest; site.py imports it before
+# any user code runs. The host puts this directory on PYTHONPATH.
+#
+# 1. WASI has no working directory of its own: wasi-libc starts every program
+#    at "/". The host passes the wanted one in HYBOX_CWD.
+# 2. time.sleep uses an absolute-deadline clock wait that the host's WASI
+#    does not support (it fails with ENOTSUP); select() with a relative
+#    timeout works, so sleep is rebuilt on it.
+import os as _os
+import sys as _sys
+
+
+def _setup():
+    import select
+    import time
+
+    here = _os.path.dirname(__file__)
+    cwd = _os.environ.pop("HYBOX_CWD", None)
+    if cwd:
+        try:
+            _os.chdir(cwd)
+        except OSError as e:
+            print("python3: cannot change directory to %r: %s" % (cwd, e), file=_sys.stderr)
+    while here in _sys.path:
+        _sys.path.remove(here)
+    user_path = _os.environ.pop("HYBOX_USER_PYTHONPATH", None)
+    if user_path:
+        _os.environ["PYTHONPATH"] = user_path
+    else:
+        _os.environ.pop("PYTHONPATH", None)
+
+    wait = select.select
+    monotonic = time.monotonic
+    original = time.sleep
+
+    def sleep(secs):
+        if isinstance(secs, (str, bytes, bytearray)):
+            raise TypeError("'%s' object cannot be interpreted as an integer" % type(secs).__name__)
+        secs = float(secs)
+        if secs != secs:
+            raise ValueError("Invalid value NaN (not a number)")
+        if secs < 0:
+            raise ValueError("sleep length must be non-negative")
+        deadline = monotonic() + secs
+        while True:
+            left = deadline - monotonic()
+            if left <= 0:
+                return
+            wait([], [], [], left)
+
+    sleep.__doc__ = original.__doc__
+    sleep.__module__ = "time"
+    time.sleep = sleep
+
+
+_setup()
+del _os, _sys, _setup
