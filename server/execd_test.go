@@ -135,7 +135,7 @@ func TestCodeBadInput(t *testing.T) {
 			total += len(s)
 		}
 		assert.LessOrEqual(t, total, 1<<20)
-		c := h.command(sb.ID, "yes")
+		c := h.command(sb.ID, "yes "+strings.Repeat("x", 1000))
 		require.NotNil(t, c.err)
 		assert.Contains(t, strings.Join(c.err.Traceback, " "), "output limit")
 	})
