@@ -112,7 +112,7 @@ func BenchmarkCreateToFirstPythonResult(b *testing.B) {
 		ids = append(ids, id)
 		b.StopTimer()
 		// Let the pool refill, as it would between real requests.
-		time.Sleep(250 * time.Millisecond)
+		time.Sleep(time.Second)
 		b.StartTimer()
 	}
 	b.StopTimer()
@@ -156,7 +156,7 @@ func benchOneShot(b *testing.B, lang string) {
 		}
 		if lang == "python" {
 			b.StopTimer()
-			time.Sleep(250 * time.Millisecond) // pool refill
+			time.Sleep(1000 * time.Millisecond) // pool refill
 			b.StartTimer()
 		}
 	}

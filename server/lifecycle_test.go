@@ -293,3 +293,19 @@ func TestUnknownRoutesAnswerJSON(t *testing.T) {
 	require.Equal(t, 404, st)
 	assert.Contains(t, string(b), `"code"`)
 }
+
+func TestOrphansRemovedAtStart(t *testing.T) {
+	dataDir := t.TempDir()
+	h := newHarness(t, dataDir, harnessOpts{})
+	kept := h.create(nil)
+	h.close()
+	orphan := filepath.Join(dataDir, "sandboxes", "11111111-2222-4333-8444-555555555555")
+	require.NoError(t, os.MkdirAll(filepath.Join(orphan, "fs", "workspace"), 0o755))
+	leftover := filepath.Join(dataDir, "tmp", "run-x")
+	require.NoError(t, os.MkdirAll(leftover, 0o755))
+
+	h2 := newHarness(t, dataDir, harnessOpts{})
+	assert.NoDirExists(t, orphan)
+	assert.NoDirExists(t, leftover)
+	assert.DirExists(t, h2.srv.sandboxDir(kept.ID))
+}

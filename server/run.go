@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -34,6 +35,10 @@ type RunResult struct {
 	Error         *execd.ExecError    `json:"error"`
 	ExecutionTime int64               `json:"executionTime"`
 }
+
+// oneShotCleanupDelay defers the teardown of a one-shot sandbox until its
+// response has been written.
+const oneShotCleanupDelay = 20 * time.Millisecond
 
 func (s *Server) runOneShot(c *gin.Context) {
 	var req RunRequest
@@ -68,11 +73,15 @@ func (s *Server) runOneShot(c *gin.Context) {
 		s.abortErr(c, err)
 		return
 	}
-	defer func() {
-		_ = sb.Close(context.WithoutCancel(ctx))
-		_ = rt.Destroy(context.WithoutCancel(ctx), spec)
+	// Clean up once the response is on its way: tearing an interpreter
+	// down costs a core for some milliseconds, which the client need not
+	// wait for.
+	defer time.AfterFunc(oneShotCleanupDelay, func() {
+		cctx := context.WithoutCancel(ctx)
+		_ = sb.Close(cctx)
+		_ = rt.Destroy(cctx, spec)
 		_ = os.RemoveAll(dir)
-	}()
+	})
 	body, _ := json.Marshal(map[string]any{
 		"context":   map[string]string{"language": req.Language},
 		"code":      *req.Code,

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -77,23 +79,27 @@ func (s *Server) createSandbox(c *gin.Context) {
 	rec.Runtime = rt.Name()
 	unlock := s.lock(rec.ID)
 	defer unlock()
-	rec.State, rec.LastTransitionAt = StatePending, time.Now().UTC()
-	if err := s.store.put(rec); err != nil {
-		s.abortErr(c, err)
-		return
-	}
+	// The record is written once the sandbox exists: a crash before that
+	// leaves only a directory, which start-up removes (removeOrphans).
 	sb, err := rt.Create(c.Request.Context(), s.spec(rec))
 	if err != nil {
 		s.log.Warn("create sandbox", "id", rec.ID, "runtime", rec.Runtime, "err", err)
-		_ = rt.Destroy(c.Request.Context(), s.spec(rec))
-		s.setState(rec, StateFailed, "CreateFailed", err.Error())
+		_ = rt.Destroy(context.WithoutCancel(c.Request.Context()), s.spec(rec))
+		_ = os.RemoveAll(s.sandboxDir(rec.ID))
+		s.abortErr(c, err)
+		return
+	}
+	rec.State, rec.LastTransitionAt = StateRunning, time.Now().UTC()
+	if err := s.store.put(rec); err != nil {
+		_ = sb.Close(context.WithoutCancel(c.Request.Context()))
+		_ = rt.Destroy(context.WithoutCancel(c.Request.Context()), s.spec(rec))
+		_ = os.RemoveAll(s.sandboxDir(rec.ID))
 		s.abortErr(c, err)
 		return
 	}
 	s.mu.Lock()
 	s.live[rec.ID] = sb
 	s.mu.Unlock()
-	s.setState(rec, StateRunning, "", "")
 	c.JSON(http.StatusAccepted, rec.wire())
 }
 

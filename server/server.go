@@ -183,6 +183,7 @@ func (s *Server) recover(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.removeOrphans(recs)
 	now := time.Now()
 	for _, r := range recs {
 		if r.ExpiresAt != nil && now.After(*r.ExpiresAt) {
@@ -218,6 +219,33 @@ func (s *Server) recover(ctx context.Context) error {
 		s.mu.Unlock()
 	}
 	return nil
+}
+
+// removeOrphans deletes sandbox directories that have no record (a crash
+// during create) and leftovers of one-shot runs.
+func (s *Server) removeOrphans(recs []*Record) {
+	known := map[string]bool{}
+	for _, r := range recs {
+		known[r.ID] = true
+	}
+	entries, err := os.ReadDir(filepath.Join(s.opts.DataDir, "sandboxes"))
+	if err != nil {
+		s.log.Warn("scan sandbox directories", "err", err)
+	}
+	for _, e := range entries {
+		if !known[e.Name()] {
+			s.log.Info("removing orphaned sandbox directory", "id", e.Name())
+			if err := os.RemoveAll(s.sandboxDir(e.Name())); err != nil {
+				s.log.Warn("remove orphan", "id", e.Name(), "err", err)
+			}
+		}
+	}
+	tmp := filepath.Join(s.opts.DataDir, "tmp")
+	if entries, err := os.ReadDir(tmp); err == nil {
+		for _, e := range entries {
+			_ = os.RemoveAll(filepath.Join(tmp, e.Name()))
+		}
+	}
 }
 
 func (s *Server) setState(r *Record, state, reason, msg string) {

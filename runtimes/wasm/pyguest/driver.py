@@ -88,8 +88,14 @@ _MIME_REPRS = (
 )
 
 
+# Values of these exact types have no rich representation: skip the lookups.
+_PLAIN_TYPES = frozenset((int, float, complex, bool, str, bytes, list, tuple, dict, set, frozenset, range))
+
+
 def _mime_bundle(value):
     bundle = {"text/plain": repr(value)}
+    if type(value) in _PLAIN_TYPES:
+        return bundle
     for mime, meth in _MIME_REPRS:
         fn = getattr(value, meth, None)
         if fn is None or not callable(fn):
@@ -191,6 +197,9 @@ class _Kernel:
             _error(e, lines)
 
 
+_DONE = MAGIC + b'{"type": "done"}\n'
+
+
 def _main():
     kernel = _Kernel()
     requests = _Requests()
@@ -204,7 +213,8 @@ def _main():
             kernel.init(payload)
         elif kind == b"exec":
             kernel.run(payload.decode("utf-8", "surrogateescape"))
-            _frame({"type": "done"})
+            _flush_user_streams()
+            _write_all(1, _DONE)
 
 
 _main()

@@ -22,6 +22,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/tetratelabs/wazero"
@@ -157,6 +158,11 @@ func (m *Manager) nextName() string {
 	return fmt.Sprintf("%s-%d", m.prefix, m.seq.Add(1))
 }
 
+// refillDelay is how long the pool waits after a claim before starting a
+// replacement guest, so that the replacement does not compete for a core
+// with the claiming request.
+const refillDelay = 30 * time.Millisecond
+
 // kick asks the refill loop to top up the pool.
 func (m *Manager) kick() {
 	select {
@@ -173,6 +179,13 @@ func (m *Manager) refillLoop() {
 		case <-m.base.Done():
 			return
 		case <-m.refill:
+		}
+		// Starting a guest costs a core for a while; let the request that
+		// just claimed one finish its run and its response first.
+		select {
+		case <-m.base.Done():
+			return
+		case <-time.After(refillDelay):
 		}
 		for {
 			m.mu.Lock()

@@ -1,0 +1,48 @@
+package server
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Busy loops in more sandboxes than there are cores must not stall the
+// server or the other sandboxes.
+func TestBusyLoopsDoNotStallServer(t *testing.T) {
+	h := newHarness(t, "", harnessOpts{execTimeout: 4 * time.Second})
+	busy := []Sandbox{h.create(nil), h.create(nil), h.create(nil)}
+	calm := h.create(nil)
+	require.Nil(t, h.code(calm.ID, "javascript", "0").err)
+	var (
+		wg        sync.WaitGroup
+		mu        sync.Mutex
+		firstBusy time.Time
+	)
+	for _, sb := range busy {
+		wg.Add(1)
+		go func(id string) {
+			defer wg.Done()
+			o := h.code(id, "python", "while True: pass")
+			assert.NotNil(t, o.err)
+			mu.Lock()
+			if firstBusy.IsZero() {
+				firstBusy = time.Now()
+			}
+			mu.Unlock()
+		}(sb.ID)
+	}
+	time.Sleep(500 * time.Millisecond)
+	o := h.code(calm.ID, "javascript", "40+2")
+	calmDone := time.Now()
+	require.Nil(t, o.err)
+	assert.Equal(t, "42", o.results[0]["text"])
+	st, _, _ := h.do("GET", "/health", nil)
+	assert.Equal(t, 200, st)
+	wg.Wait()
+	// An ordering, not a speed, assertion: the calm sandbox answered
+	// before any busy loop was stopped by its timeout.
+	assert.True(t, calmDone.Before(firstBusy), "the server stalled behind busy guests")
+}
