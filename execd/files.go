@@ -272,13 +272,19 @@ type permission struct {
 // A zero or absent mode leaves the mode alone; empty owner and group leave
 // ownership alone.
 func (a *filesAPI) permissions(w http.ResponseWriter, r *http.Request, root *os.Root) {
+	applyEach(w, r, root, setPermission)
+}
+
+// applyEach decodes a {path: permission} body and applies fn to each path
+// in sorted order, stopping at the first error.
+func applyEach(w http.ResponseWriter, r *http.Request, root *os.Root, fn func(*os.Root, *idNames, string, permission) error) {
 	var req map[string]permission
 	if !decodeBody(w, r, &req) {
 		return
 	}
 	ids := newIDNames(root)
 	for _, p := range sortedKeys(req) {
-		if err := setPermission(root, ids, p, req[p]); err != nil {
+		if err := fn(root, ids, p, req[p]); err != nil {
 			writeFilesErr(w, err)
 			return
 		}

@@ -122,18 +122,7 @@ func walkDir(ctx context.Context, root *os.Root, name string, maxDepth int,
 // Mode (default 755) and ownership apply to the directories this request
 // creates; existing directories are left as they are.
 func (a *filesAPI) makeDirs(w http.ResponseWriter, r *http.Request, root *os.Root) {
-	var req map[string]permission
-	if !decodeBody(w, r, &req) {
-		return
-	}
-	ids := newIDNames(root)
-	for _, p := range sortedKeys(req) {
-		if err := makeDir(root, ids, p, req[p]); err != nil {
-			writeFilesErr(w, err)
-			return
-		}
-	}
-	w.WriteHeader(http.StatusOK)
+	applyEach(w, r, root, makeDir)
 }
 
 func makeDir(root *os.Root, ids *idNames, p string, perm permission) error {
