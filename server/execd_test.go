@@ -328,3 +328,23 @@ func TestConcurrentExecutions(t *testing.T) {
 	// The server is still up and serving.
 	assert.Equal(t, []string{"fine"}, h.command(sbs[0].ID, "echo fine").stdout)
 }
+
+func TestResourceLimitsMemory(t *testing.T) {
+	h := newHarness(t, "", harnessOpts{})
+	small := h.create(map[string]any{"resourceLimits": map[string]string{"memory": "64Mi", "cpu": "500m"}})
+	big := h.create(map[string]any{"resourceLimits": map[string]string{"memory": "512Mi"}})
+	const alloc = "x = bytearray(100 * 1024 * 1024); len(x)"
+	o := h.code(small.ID, "python", alloc)
+	require.NotNil(t, o.err, "a 100 MiB allocation must fail under a 64 MiB limit")
+	assert.Equal(t, "MemoryError", o.err.EName)
+	o = h.code(big.ID, "python", alloc)
+	require.Nil(t, o.err)
+	assert.Equal(t, "104857600", o.results[0]["text"])
+	// Real clocks and randomness.
+	o = h.code(big.ID, "python", "import time, os; (abs(time.time() - "+fmt.Sprint(time.Now().Unix())+") < 300, os.urandom(8) != os.urandom(8))")
+	require.Nil(t, o.err)
+	assert.Equal(t, "(True, True)", o.results[0]["text"])
+	o = h.code(big.ID, "javascript", "Math.abs(Date.now()/1000 - "+fmt.Sprint(time.Now().Unix())+") < 300 && Math.random() !== Math.random()")
+	require.Nil(t, o.err)
+	assert.Equal(t, "true", o.results[0]["text"])
+}
