@@ -30,6 +30,18 @@ type config struct {
 	LogLevel       string               `toml:"log_level"`
 	ImageRules     []runtimes.ImageRule `toml:"image_rules"`
 	Wasm           wasmConfig           `toml:"wasm"`
+	OCI            ociConfig            `toml:"oci"`
+}
+
+type ociConfig struct {
+	Address       string `toml:"address"`
+	Namespace     string `toml:"namespace"`
+	ExecdBinary   string `toml:"execd_binary"`
+	RuncBinary    string `toml:"runc_binary"`
+	RunscBinary   string `toml:"runsc_binary"`
+	CNIPluginDir  string `toml:"cni_plugin_dir"`
+	Subnet        string `toml:"subnet"`
+	DefaultMemory string `toml:"default_memory"`
 }
 
 type wasmConfig struct {
@@ -85,6 +97,9 @@ func loadConfig(path string, getenv func(string) string) (*config, error) {
 		{"HYBOX_DEFAULT_RUNTIME", func(v string) error { c.DefaultRuntime = v; return nil }},
 		{"HYBOX_GUEST_DIR", func(v string) error { c.Wasm.GuestDir = v; return nil }},
 		{"HYBOX_LOG_LEVEL", func(v string) error { c.LogLevel = v; return nil }},
+		{"HYBOX_CONTAINERD_ADDRESS", func(v string) error { c.OCI.Address = v; return nil }},
+		{"HYBOX_RUNSC_BINARY", func(v string) error { c.OCI.RunscBinary = v; return nil }},
+		{"HYBOX_EXECD_BINARY", func(v string) error { c.OCI.ExecdBinary = v; return nil }},
 		{"HYBOX_INSECURE", func(v string) error {
 			b, err := strconv.ParseBool(v)
 			c.Insecure = b

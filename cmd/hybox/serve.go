@@ -15,6 +15,7 @@ import (
 
 	"github.com/hybox-dev/hybox/execd"
 	"github.com/hybox-dev/hybox/runtimes"
+	"github.com/hybox-dev/hybox/runtimes/oci"
 	"github.com/hybox-dev/hybox/runtimes/wasm"
 	"github.com/hybox-dev/hybox/runtimes/wasm/engine"
 	"github.com/hybox-dev/hybox/server"
@@ -24,6 +25,7 @@ import (
 func newServeCmd() *cobra.Command {
 	var (
 		cfgPath, addr, dataDir, apiKey, apiKeyFile, guestDir, publicHost string
+		containerdAddr, runscBinary, execdBinary                         string
 		insecure                                                         bool
 	)
 	cmd := &cobra.Command{
@@ -60,6 +62,15 @@ func newServeCmd() *cobra.Command {
 			if f.Changed("public-host") {
 				cfg.PublicHost = publicHost
 			}
+			if f.Changed("containerd") {
+				cfg.OCI.Address = containerdAddr
+			}
+			if f.Changed("runsc-binary") {
+				cfg.OCI.RunscBinary = runscBinary
+			}
+			if f.Changed("execd-binary") {
+				cfg.OCI.ExecdBinary = execdBinary
+			}
 			if f.Changed("insecure") {
 				cfg.Insecure = insecure
 			}
@@ -76,6 +87,9 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&apiKeyFile, "api-key-file", "", "file holding the API key (env HYBOX_API_KEY_FILE)")
 	f.StringVar(&guestDir, "guest-dir", "", "directory with python.wasm and quickjs.wasm (env HYBOX_GUEST_DIR)")
 	f.StringVar(&publicHost, "public-host", "", "host[:port] written into sandbox endpoints (env HYBOX_PUBLIC_HOST)")
+	f.StringVar(&containerdAddr, "containerd", "", "containerd socket for container sandboxes (env HYBOX_CONTAINERD_ADDRESS; empty = wasm only)")
+	f.StringVar(&runscBinary, "runsc-binary", "", "runsc wrapper for gVisor sandboxes (env HYBOX_RUNSC_BINARY)")
+	f.StringVar(&execdBinary, "execd-binary", "", "static hybox-execd binary (env HYBOX_EXECD_BINARY; default beside hybox)")
 	f.BoolVar(&insecure, "insecure", false, "serve WITHOUT authentication (env HYBOX_INSECURE)")
 	return cmd
 }
@@ -152,8 +166,18 @@ func serve(ctx context.Context, cfg *config) error {
 	}
 	defer stopGuests()
 	log.Info("guests ready", "dir", guestDir, "took", time.Since(start).Round(time.Millisecond))
+	rts := []runtimes.Runtime{wrt}
+	if cfg.OCI.Address != "" {
+		ob, err := startOCI(ctx, cfg, log)
+		if err != nil {
+			log.Warn("container sandboxes are unavailable; serving wasm sandboxes only", "err", err)
+		} else {
+			defer ob.Close()
+			rts = append(rts, ob.Runtimes()...)
+		}
+	}
 	rules := append(append([]runtimes.ImageRule{}, cfg.ImageRules...), runtimes.BuiltinImageRules...)
-	router, err := runtimes.NewRouter([]runtimes.Runtime{wrt}, rules, cfg.DefaultRuntime)
+	router, err := runtimes.NewRouter(rts, rules, cfg.DefaultRuntime)
 	if err != nil {
 		return err
 	}
@@ -171,4 +195,24 @@ func serve(ctx context.Context, cfg *config) error {
 	}
 	log.Info("hybox listening", "addr", l.Addr().String(), "dataDir", cfg.DataDir, "runtimes", router.Names())
 	return srv.Serve(ctx, l)
+}
+
+// startOCI connects the container backend.
+func startOCI(ctx context.Context, cfg *config, log *slog.Logger) (*oci.Backend, error) {
+	execdBin := cfg.OCI.ExecdBinary
+	if execdBin == "" {
+		if exe, err := os.Executable(); err == nil {
+			execdBin = filepath.Join(filepath.Dir(exe), "hybox-execd")
+		}
+	}
+	mem, err := server.ParseQuantityBytes(cfg.OCI.DefaultMemory)
+	if err != nil {
+		return nil, fmt.Errorf("oci.default_memory: %w", err)
+	}
+	return oci.New(ctx, oci.Options{
+		Address: cfg.OCI.Address, Namespace: cfg.OCI.Namespace, ExecdBinary: execdBin,
+		RuncBinary: cfg.OCI.RuncBinary, RunscBinary: cfg.OCI.RunscBinary,
+		CNIPluginDir: cfg.OCI.CNIPluginDir, Subnet: cfg.OCI.Subnet,
+		StateDir: filepath.Join(cfg.DataDir, "oci"), DefaultMemoryBytes: mem, Logger: log,
+	})
 }

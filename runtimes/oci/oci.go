@@ -1,0 +1,363 @@
+// Package oci is the container backend: sandboxes are OCI containers run by
+// a real containerd under runc or gVisor (runsc), chosen per sandbox. Each
+// sandbox has its own network namespace, cgroup limits and a host directory
+// holding the unix socket of hybox-execd, the in-container daemon that
+// serves the execd API; the server reaches it over that socket, so control
+// traffic never depends on the sandbox's network.
+package oci
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/containerd/containerd/api/types/runc/options"
+	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/contrib/seccomp"
+	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/containerd/v2/pkg/oci"
+	"github.com/containerd/errdefs"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/hybox-dev/hybox/runtimes"
+)
+
+// Options configures the backend.
+type Options struct {
+	// Address is containerd's socket. Required.
+	Address string
+	// Namespace is the containerd namespace of hybox's containers (default "hybox").
+	Namespace string
+	// ExecdBinary is the host path of the static hybox-execd binary,
+	// mounted read-only into every container. Required.
+	ExecdBinary string
+	// RuncBinary is the runc binary for "runc" sandboxes ("" = the shim's default).
+	RuncBinary string
+	// RunscBinary runs "runsc" sandboxes through the runc shim: a wrapper
+	// that adds the flags runsc needs ("" = runsc not available).
+	RunscBinary string
+	// CNIPluginDir holds the CNI plugins ("" = no network namespace setup).
+	CNIPluginDir string
+	// Bridge and Subnet of the sandbox network (defaults hybox0, 10.231.0.0/16).
+	Bridge, Subnet string
+	// StateDir keeps backend state that is not per sandbox (CNI leases). Required.
+	StateDir string
+	// ReadyTimeout bounds how long create waits for execd (default 30 s).
+	ReadyTimeout time.Duration
+	// DefaultMemoryBytes applies when a sandbox asks for none (default 1 GiB).
+	DefaultMemoryBytes int64
+	// PidsLimit caps processes per sandbox (default 1024).
+	PidsLimit int64
+	// Logger; nil = slog.Default().
+	Logger *slog.Logger
+}
+
+// Validate fills defaults and checks required fields.
+//
+// # Errors
+// When a required field is missing or the execd binary does not exist.
+func (o *Options) Validate() error {
+	if o.Address == "" || o.ExecdBinary == "" || o.StateDir == "" {
+		return errors.New("oci: Address, ExecdBinary and StateDir are required")
+	}
+	if _, err := os.Stat(o.ExecdBinary); err != nil {
+		return fmt.Errorf("oci: hybox-execd binary: %w", err)
+	}
+	if o.Namespace == "" {
+		o.Namespace = "hybox"
+	}
+	if o.Bridge == "" {
+		o.Bridge = "hybox0"
+	}
+	if o.Subnet == "" {
+		o.Subnet = "10.231.0.0/16"
+	}
+	if o.ReadyTimeout <= 0 {
+		o.ReadyTimeout = 30 * time.Second
+	}
+	if o.DefaultMemoryBytes <= 0 {
+		o.DefaultMemoryBytes = 1 << 30
+	}
+	if o.PidsLimit <= 0 {
+		o.PidsLimit = 1024
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return nil
+}
+
+// Backend owns the containerd connection shared by the runc and runsc runtimes.
+type Backend struct {
+	opts   Options
+	client *containerd.Client
+	net    *network
+}
+
+// New connects to containerd.
+//
+// # Errors
+// runtimes.ErrUnavailable when containerd does not answer.
+func New(ctx context.Context, opts Options) (*Backend, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	c, err := containerd.New(opts.Address, containerd.WithDefaultNamespace(opts.Namespace), containerd.WithTimeout(10*time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("%w: containerd at %s: %v", runtimes.ErrUnavailable, opts.Address, err)
+	}
+	if _, err := c.Version(ctx); err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("%w: containerd at %s: %v", runtimes.ErrUnavailable, opts.Address, err)
+	}
+	n, err := newNetwork(opts.CNIPluginDir, opts.Bridge, opts.Subnet, filepath.Join(opts.StateDir, "cni"))
+	if err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	return &Backend{opts: opts, client: c, net: n}, nil
+}
+
+// Close closes the containerd connection; containers keep running.
+func (b *Backend) Close() error { return b.client.Close() }
+
+// Client returns the containerd client (images are managed through it).
+func (b *Backend) Client() *containerd.Client { return b.client }
+
+// Runtimes returns the runtimes this backend can serve: "runc", and
+// "runsc" when a runsc wrapper is configured.
+func (b *Backend) Runtimes() []runtimes.Runtime {
+	out := []runtimes.Runtime{&Runtime{b: b, name: "runc", binary: b.opts.RuncBinary}}
+	if b.opts.RunscBinary != "" {
+		out = append(out, &Runtime{b: b, name: "runsc", binary: b.opts.RunscBinary})
+	}
+	return out
+}
+
+func (b *Backend) ctx(ctx context.Context) context.Context {
+	return namespaces.WithNamespace(ctx, b.opts.Namespace)
+}
+
+// Runtime is one OCI runtime (runc or runsc) behind the shared backend.
+type Runtime struct {
+	b      *Backend
+	name   string
+	binary string
+}
+
+var _ runtimes.Runtime = (*Runtime)(nil)
+
+// Name is "runc" or "runsc".
+func (r *Runtime) Name() string { return r.name }
+
+// Validate refuses images that are not usable as OCI references.
+func (r *Runtime) Validate(spec runtimes.Spec) error {
+	if strings.HasPrefix(spec.Image, "wasm://") {
+		return fmt.Errorf("%w: %s is a wasm image; use the wasm runtime", runtimes.ErrInvalid, spec.Image)
+	}
+	return nil
+}
+
+// Paths inside the container.
+const (
+	execdMountDir  = "/.hybox"
+	execdInBox     = execdMountDir + "/bin/hybox-execd"
+	runMountDir    = "/run/hybox"
+	execdSocketBox = runMountDir + "/execd.sock"
+)
+
+// host paths of a sandbox.
+func runDir(spec runtimes.Spec) string    { return filepath.Join(spec.Dir, "run") }
+func socketPath(spec runtimes.Spec) string { return filepath.Join(runDir(spec), "execd.sock") }
+func logPath(spec runtimes.Spec) string    { return filepath.Join(spec.Dir, "container.log") }
+func addrPath(spec runtimes.Spec) string   { return filepath.Join(spec.Dir, "address") }
+
+// Create starts a container and waits until its execd answers. On any
+// failure everything created so far is removed.
+func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (_ runtimes.Sandbox, retErr error) {
+	ctx = r.b.ctx(ctx)
+	img, err := r.b.client.GetImage(ctx, spec.Image)
+	if err != nil {
+		if errdefs.IsNotFound(err) {
+			return nil, fmt.Errorf("%w: image %s is not present; import it with `hybox image import FILE`", runtimes.ErrInvalid, spec.Image)
+		}
+		return nil, fmt.Errorf("image %s: %w", spec.Image, err)
+	}
+	defer func() {
+		if retErr != nil {
+			if err := r.Destroy(context.WithoutCancel(ctx), spec); err != nil {
+				r.b.opts.Logger.Warn("cleanup after failed create", "id", spec.ID, "err", err)
+			}
+		}
+	}()
+	if err := os.MkdirAll(runDir(spec), 0o755); err != nil {
+		return nil, fmt.Errorf("sandbox directory: %w", err)
+	}
+	addr, err := r.b.net.setup(ctx, spec.ID)
+	if err != nil {
+		return nil, err
+	}
+	if addr.IsValid() {
+		if err := os.WriteFile(addrPath(spec), []byte(addr.String()), 0o644); err != nil {
+			return nil, err
+		}
+	}
+	if unpacked, err := img.IsUnpacked(ctx, "overlayfs"); err == nil && !unpacked {
+		if err := img.Unpack(ctx, "overlayfs"); err != nil {
+			return nil, fmt.Errorf("unpack %s: %w", spec.Image, err)
+		}
+	}
+	specOpts, err := r.specOpts(spec, img)
+	if err != nil {
+		return nil, err
+	}
+	runtimeOpts := &options.Options{}
+	if r.binary != "" {
+		runtimeOpts.BinaryName = r.binary
+	}
+	c, err := r.b.client.NewContainer(ctx, spec.ID,
+		containerd.WithImage(img),
+		containerd.WithSnapshotter("overlayfs"),
+		containerd.WithNewSnapshot(spec.ID, img),
+		containerd.WithRuntime("io.containerd.runc.v2", runtimeOpts),
+		containerd.WithNewSpec(specOpts...),
+		containerd.WithContainerLabels(map[string]string{"hybox.io/runtime": r.name}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("create container: %w", err)
+	}
+	task, err := c.NewTask(ctx, cio.LogFile(logPath(spec)))
+	if err != nil {
+		return nil, fmt.Errorf("create task (%s): %w", r.name, err)
+	}
+	if err := task.Start(ctx); err != nil {
+		return nil, fmt.Errorf("start task (%s): %w", r.name, err)
+	}
+	sb := newSandbox(r, spec, addr)
+	if err := sb.waitReady(ctx, r.b.opts.ReadyTimeout); err != nil {
+		return nil, err
+	}
+	return sb, nil
+}
+
+// specOpts builds the container's OCI spec: hybox-execd as PID 1 starting
+// the user's entrypoint, the execd mounts, the sandbox's network
+// namespace, limits and a reduced privilege set.
+func (r *Runtime) specOpts(spec runtimes.Spec, img containerd.Image) ([]oci.SpecOpts, error) {
+	args := []string{execdInBox, "--listen-unix", execdSocketBox, "--listen-tcp", "0.0.0.0:44772", "--root", "/", "--"}
+	args = append(args, spec.Entrypoint...)
+	env := make([]string, 0, len(spec.Env))
+	for k, v := range spec.Env {
+		env = append(env, k+"="+v)
+	}
+	mem := spec.MemoryBytes
+	if mem <= 0 {
+		mem = r.b.opts.DefaultMemoryBytes
+	}
+	opts := []oci.SpecOpts{
+		oci.WithImageConfig(img),
+		oci.WithProcessArgs(args...),
+		oci.WithEnv(env),
+		oci.WithHostname("sandbox"),
+		oci.WithMounts([]specs.Mount{
+			{Destination: execdInBox, Type: "bind", Source: r.b.opts.ExecdBinary, Options: []string{"rbind", "ro", "nosuid", "nodev"}},
+			{Destination: runMountDir, Type: "bind", Source: runDir(spec), Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}},
+		}),
+		oci.WithMemoryLimit(uint64(mem)),
+		oci.WithPidsLimit(r.b.opts.PidsLimit),
+		oci.WithNoNewPrivileges,
+		oci.WithCapabilities(defaultCaps),
+		seccomp.WithDefaultProfile(),
+	}
+	if spec.CPUMillis > 0 {
+		const period = 100000
+		opts = append(opts, oci.WithCPUCFS(spec.CPUMillis*period/1000, period))
+	}
+	if r.b.net.enabled {
+		opts = append(opts, oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: r.b.net.nsPath(spec.ID)}))
+	}
+	return opts, nil
+}
+
+// defaultCaps is Docker's default set minus NET_RAW, MKNOD and AUDIT_WRITE.
+var defaultCaps = []string{
+	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_SETGID", "CAP_SETUID",
+	"CAP_SETFCAP", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL",
+}
+
+// Restore re-attaches a running container after a server restart.
+func (r *Runtime) Restore(ctx context.Context, spec runtimes.Spec) (runtimes.Sandbox, error) {
+	ctx = r.b.ctx(ctx)
+	c, err := r.b.client.LoadContainer(ctx, spec.ID)
+	if err != nil {
+		if errdefs.IsNotFound(err) {
+			return nil, fmt.Errorf("%w: container %s", runtimes.ErrNotFound, spec.ID)
+		}
+		return nil, err
+	}
+	task, err := c.Task(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: task of %s: %v", runtimes.ErrNotFound, spec.ID, err)
+	}
+	st, err := task.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var addr netip.Addr
+	if b, err := os.ReadFile(addrPath(spec)); err == nil {
+		addr, _ = netip.ParseAddr(strings.TrimSpace(string(b)))
+	}
+	sb := newSandbox(r, spec, addr)
+	if st.Status == containerd.Paused {
+		sb.setPaused(true)
+		return sb, nil
+	}
+	if err := sb.waitReady(ctx, r.b.opts.ReadyTimeout); err != nil {
+		return nil, err
+	}
+	return sb, nil
+}
+
+// Destroy kills the task and removes the container, its snapshot, its
+// network namespace and its host directory contents.
+func (r *Runtime) Destroy(ctx context.Context, spec runtimes.Spec) error {
+	ctx = r.b.ctx(ctx)
+	var errs []error
+	c, err := r.b.client.LoadContainer(ctx, spec.ID)
+	switch {
+	case err == nil:
+		if task, err := c.Task(ctx, nil); err == nil {
+			if st, err := task.Status(ctx); err == nil && st.Status == containerd.Paused {
+				_ = task.Resume(ctx)
+			}
+			_ = task.Kill(ctx, syscall.SIGKILL, containerd.WithKillAll)
+			if _, err := task.Delete(ctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+				errs = append(errs, fmt.Errorf("delete task: %w", err))
+			}
+		}
+		if err := c.Delete(ctx, containerd.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("delete container: %w", err))
+		}
+	case !errdefs.IsNotFound(err):
+		errs = append(errs, err)
+	}
+	// A snapshot may outlive a container whose creation failed half way.
+	if err := r.b.client.SnapshotService("overlayfs").Remove(ctx, spec.ID); err != nil && !errdefs.IsNotFound(err) {
+		errs = append(errs, fmt.Errorf("remove snapshot: %w", err))
+	}
+	if err := r.b.net.teardown(ctx, spec.ID); err != nil {
+		errs = append(errs, err)
+	}
+	if err := os.RemoveAll(runDir(spec)); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
