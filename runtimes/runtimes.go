@@ -6,7 +6,9 @@ package runtimes
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
+	"time"
 )
 
 // Sentinel errors. Backends wrap them with context; the server maps them to
@@ -31,6 +33,8 @@ type Spec struct {
 	MemoryBytes int64 // 0 = backend default
 	CPUMillis   int64 // 0 = unlimited
 	Extensions  map[string]string
+	// ImageAuth are registry credentials for pulling Image (never stored).
+	ImageAuth *RegistryAuth
 	// Dir is the sandbox's own host directory (created by the server); a
 	// backend keeps all of its per-sandbox state below it.
 	Dir string
@@ -74,6 +78,32 @@ type Runtime interface {
 	// Destroy removes every trace of the sandbox. It succeeds when there is
 	// nothing left to remove.
 	Destroy(ctx context.Context, spec Spec) error
+}
+
+// Image is an image known to a backend.
+type Image struct {
+	Name      string    `json:"name"`
+	Digest    string    `json:"digest"`
+	Size      int64     `json:"size"`
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// RegistryAuth holds credentials for pulling an image.
+type RegistryAuth struct {
+	Username string
+	Password string
+}
+
+// ImageStore manages the images of container sandboxes.
+type ImageStore interface {
+	// Import reads an OCI or docker image archive and unpacks its images.
+	Import(ctx context.Context, archive io.Reader) ([]Image, error)
+	// List lists the images.
+	List(ctx context.Context) ([]Image, error)
+	// Remove deletes an image; ErrNotFound when it does not exist.
+	Remove(ctx context.Context, name string) error
+	// Pull fetches ref from its registry and unpacks it.
+	Pull(ctx context.Context, ref string, auth *RegistryAuth) (Image, error)
 }
 
 // ExtensionRuntime is the extensions key that selects a runtime.

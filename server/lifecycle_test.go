@@ -309,3 +309,21 @@ func TestOrphansRemovedAtStart(t *testing.T) {
 	assert.NoDirExists(t, leftover)
 	assert.DirExists(t, h2.srv.sandboxDir(kept.ID))
 }
+
+func TestImagesWithoutContainerBackend(t *testing.T) {
+	h := newHarness(t, "", harnessOpts{})
+	for _, r := range []struct{ method, path, body string }{
+		{"GET", "/v1/images", ""},
+		{"POST", "/v1/images/import", "not a tar"},
+		{"POST", "/v1/images/pull", `{"ref":"python:3"}`},
+		{"DELETE", "/v1/images/localhost/x:1", ""},
+	} {
+		st, b, _ := h.do(r.method, r.path, r.body)
+		assert.Equal(t, http.StatusNotImplemented, st, "%s %s", r.method, r.path)
+		assert.Contains(t, string(b), "--containerd", "%s %s", r.method, r.path)
+	}
+	// A container image without a container backend is a clear 400.
+	st, b, _ := h.do("POST", "/v1/sandboxes", `{"image":{"uri":"python:3"},"extensions":{"hybox.io/runtime":"runc"}}`)
+	assert.Equal(t, 400, st)
+	assert.Contains(t, string(b), "runc")
+}

@@ -93,6 +93,10 @@ func (s *Server) routes() *gin.Engine {
 		a.POST("/sandboxes/:id/renew-expiration", s.renewSandbox)
 		a.GET("/sandboxes/:id/endpoints/:port", s.getEndpoint)
 		a.POST("/run", s.runOneShot)
+		a.GET("/images", s.listImages)
+		a.POST("/images/import", s.importImage)
+		a.POST("/images/pull", s.pullImage)
+		a.DELETE("/images/*name", s.removeImage)
 		// SDK telemetry after each create: accepted and dropped.
 		a.POST("/metrics/events", func(c *gin.Context) { c.Status(http.StatusNoContent) })
 	}

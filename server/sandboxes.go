@@ -71,7 +71,11 @@ func (s *Server) createSandbox(c *gin.Context) {
 		s.abortErr(c, err)
 		return
 	}
-	rt, err := s.opts.Router.Select(s.spec(rec))
+	spec := s.spec(rec)
+	if req.Image.Auth != nil {
+		spec.ImageAuth = &runtimes.RegistryAuth{Username: req.Image.Auth.Username, Password: req.Image.Auth.Password}
+	}
+	rt, err := s.opts.Router.Select(spec)
 	if err != nil {
 		s.abortErr(c, err)
 		return
@@ -81,7 +85,7 @@ func (s *Server) createSandbox(c *gin.Context) {
 	defer unlock()
 	// The record is written once the sandbox exists: a crash before that
 	// leaves only a directory, which start-up removes (removeOrphans).
-	sb, err := rt.Create(c.Request.Context(), s.spec(rec))
+	sb, err := rt.Create(c.Request.Context(), spec)
 	if err != nil {
 		s.log.Warn("create sandbox", "id", rec.ID, "runtime", rec.Runtime, "err", err)
 		_ = rt.Destroy(context.WithoutCancel(c.Request.Context()), s.spec(rec))

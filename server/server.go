@@ -43,6 +43,8 @@ type Options struct {
 	MinTimeout time.Duration
 	// MaxTimeout caps a sandbox timeout (default 7 days).
 	MaxTimeout time.Duration
+	// Images manages container images; nil when no container backend runs.
+	Images runtimes.ImageStore
 	// OneShotRuntime is the runtime name used for POST /run (default "wasm").
 	OneShotRuntime string
 	// Logger; nil = slog.Default().

@@ -167,6 +167,7 @@ func serve(ctx context.Context, cfg *config) error {
 	defer stopGuests()
 	log.Info("guests ready", "dir", guestDir, "took", time.Since(start).Round(time.Millisecond))
 	rts := []runtimes.Runtime{wrt}
+	var images runtimes.ImageStore
 	if cfg.OCI.Address != "" {
 		ob, err := startOCI(ctx, cfg, log)
 		if err != nil {
@@ -174,6 +175,7 @@ func serve(ctx context.Context, cfg *config) error {
 		} else {
 			defer ob.Close()
 			rts = append(rts, ob.Runtimes()...)
+			images = ob
 		}
 	}
 	rules := append(append([]runtimes.ImageRule{}, cfg.ImageRules...), runtimes.BuiltinImageRules...)
@@ -183,7 +185,7 @@ func serve(ctx context.Context, cfg *config) error {
 	}
 	srv, err := server.New(ctx, server.Options{
 		DataDir: cfg.DataDir, APIKey: key, Insecure: cfg.Insecure, Router: router,
-		PublicHost: cfg.PublicHost, ReapInterval: cfg.ReapInterval.Duration, Logger: log,
+		PublicHost: cfg.PublicHost, ReapInterval: cfg.ReapInterval.Duration, Logger: log, Images: images,
 	})
 	if err != nil {
 		return err

@@ -175,7 +175,7 @@ const (
 )
 
 // host paths of a sandbox.
-func runDir(spec runtimes.Spec) string    { return filepath.Join(spec.Dir, "run") }
+func runDir(spec runtimes.Spec) string     { return filepath.Join(spec.Dir, "run") }
 func socketPath(spec runtimes.Spec) string { return filepath.Join(runDir(spec), "execd.sock") }
 func logPath(spec runtimes.Spec) string    { return filepath.Join(spec.Dir, "container.log") }
 func addrPath(spec runtimes.Spec) string   { return filepath.Join(spec.Dir, "address") }
@@ -185,10 +185,13 @@ func addrPath(spec runtimes.Spec) string   { return filepath.Join(spec.Dir, "add
 func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (_ runtimes.Sandbox, retErr error) {
 	ctx = r.b.ctx(ctx)
 	img, err := r.b.client.GetImage(ctx, spec.Image)
-	if err != nil {
-		if errdefs.IsNotFound(err) {
-			return nil, fmt.Errorf("%w: image %s is not present; import it with `hybox image import FILE`", runtimes.ErrInvalid, spec.Image)
+	if errdefs.IsNotFound(err) {
+		if _, perr := r.b.Pull(ctx, spec.Image, spec.ImageAuth); perr != nil {
+			return nil, fmt.Errorf("%w: image %s is not present and could not be pulled (%v); import it with `hybox image import FILE`", runtimes.ErrInvalid, spec.Image, perr)
 		}
+		img, err = r.b.client.GetImage(ctx, spec.Image)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("image %s: %w", spec.Image, err)
 	}
 	defer func() {

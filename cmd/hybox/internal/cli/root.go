@@ -99,7 +99,7 @@ func (a *app) newRoot() *cobra.Command {
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageError{cmd: c, err: err}
 	})
-	root.AddCommand(a.newSandboxCmd(), a.newExecCmd(), a.newRunCmd(), a.newFilesCmd())
+	root.AddCommand(a.newSandboxCmd(), a.newExecCmd(), a.newRunCmd(), a.newFilesCmd(), a.newImageCmd())
 	return root
 }
 
