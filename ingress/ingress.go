@@ -1,0 +1,150 @@
+// Package ingress routes inbound HTTP and WebSocket traffic to ports inside
+// sandboxes. A Router finds the sandbox and port a request is for (by the
+// OpenSandbox-Ingress-To header, by a host name <id>-<port>.<domain>, or by a
+// path /<id>/<port>/...), asks an authorizer whether the caller may reach it,
+// asks a Resolver where that port is served, and streams the request there
+// with Proxy: in-process handlers, TCP addresses and unix sockets alike,
+// Upgrade requests (WebSocket) and server-sent events included. Signer makes
+// and checks signed, expiring route tokens that grant access to one port of
+// one sandbox.
+package ingress
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"net/url"
+)
+
+// Sentinel errors. Functions of this package wrap them with context, and
+// Resolver and authorizer implementations should wrap them too: WriteError
+// turns each into its HTTP status.
+var (
+	// ErrBadTarget: the request names no sandbox port, or names one in a
+	// malformed way (400 INVALID_ROUTE).
+	ErrBadTarget = errors.New("invalid route")
+	// ErrUnauthorized: the caller presented no valid credentials (401
+	// UNAUTHORIZED).
+	ErrUnauthorized = errors.New("unauthorized")
+	// ErrBadToken: a route token is malformed, or was not made by this key
+	// for this sandbox and port (401 INVALID_ROUTE_TOKEN).
+	ErrBadToken = errors.New("invalid route token")
+	// ErrExpired: a route token is genuine but past its expiry (401
+	// ROUTE_TOKEN_EXPIRED).
+	ErrExpired = errors.New("route token expired")
+	// ErrForbidden: the caller is known but may not reach this sandbox port
+	// (403 FORBIDDEN).
+	ErrForbidden = errors.New("forbidden")
+	// ErrNoRoute: no such sandbox, or the sandbox serves nothing on that
+	// port (404 SANDBOX_NOT_FOUND).
+	ErrNoRoute = errors.New("no route to sandbox port")
+	// ErrUnavailable: the sandbox exists but cannot take traffic now, for
+	// example while it is paused (503 UNAVAILABLE).
+	ErrUnavailable = errors.New("sandbox unavailable")
+	// ErrUnreachable: the sandbox port did not answer (502
+	// SANDBOX_UNREACHABLE). Its message never carries the address tried.
+	ErrUnreachable = errors.New("sandbox port unreachable")
+)
+
+// Target says where a sandbox port is served. Exactly one way is used:
+//
+//   - Handler: served in this process (for example a wasm sandbox's execd).
+//     The handler gets the request itself, so it may hijack the connection
+//     for WebSocket.
+//   - URL, Dial, Transport: served over the network. URL is the base
+//     (http or https scheme, host, optional path prefix); when nil it is
+//     "http://localhost". Connections are made by Transport when set (use
+//     NewTransport and keep it, to reuse connections), else by Dial when set
+//     (for example to a unix socket), else to URL's host. Without a
+//     Transport every request opens its own connection.
+type Target struct {
+	Handler   http.Handler
+	URL       *url.URL
+	Dial      func(ctx context.Context) (net.Conn, error)
+	Transport http.RoundTripper
+}
+
+// Resolver finds where a sandbox port is served.
+type Resolver interface {
+	// Resolve returns the Target serving port of sandbox sandboxID.
+	//
+	// # Errors
+	//
+	// Errors wrapping ErrNoRoute (unknown sandbox or port) or ErrUnavailable
+	// (sandbox not running) are shown to the caller with their text; any
+	// other error is logged and answered with a generic 500.
+	Resolve(ctx context.Context, sandboxID string, port int) (Target, error)
+}
+
+// ResolverFunc adapts a function to the Resolver interface.
+type ResolverFunc func(ctx context.Context, sandboxID string, port int) (Target, error)
+
+// Resolve calls f(ctx, sandboxID, port).
+func (f ResolverFunc) Resolve(ctx context.Context, sandboxID string, port int) (Target, error) {
+	return f(ctx, sandboxID, port)
+}
+
+// Error codes of the JSON error bodies written by WriteError.
+const (
+	CodeInvalidRoute      = "INVALID_ROUTE"
+	CodeUnauthorized      = "UNAUTHORIZED"
+	CodeInvalidRouteToken = "INVALID_ROUTE_TOKEN"
+	CodeRouteTokenExpired = "ROUTE_TOKEN_EXPIRED"
+	CodeForbidden         = "FORBIDDEN"
+	CodeNotFound          = "SANDBOX_NOT_FOUND"
+	CodeUnavailable       = "UNAVAILABLE"
+	CodeUnreachable       = "SANDBOX_UNREACHABLE"
+	CodeInternal          = "INTERNAL_ERROR"
+)
+
+// Status returns the HTTP status and error code for err, and whether err
+// wraps one of this package's sentinels. Errors wrapping none of them map
+// to 500 INTERNAL_ERROR.
+func Status(err error) (status int, code string, known bool) {
+	switch {
+	case errors.Is(err, ErrBadTarget):
+		return http.StatusBadRequest, CodeInvalidRoute, true
+	case errors.Is(err, ErrExpired):
+		return http.StatusUnauthorized, CodeRouteTokenExpired, true
+	case errors.Is(err, ErrBadToken):
+		return http.StatusUnauthorized, CodeInvalidRouteToken, true
+	case errors.Is(err, ErrUnauthorized):
+		return http.StatusUnauthorized, CodeUnauthorized, true
+	case errors.Is(err, ErrForbidden):
+		return http.StatusForbidden, CodeForbidden, true
+	case errors.Is(err, ErrNoRoute):
+		return http.StatusNotFound, CodeNotFound, true
+	case errors.Is(err, ErrUnavailable):
+		return http.StatusServiceUnavailable, CodeUnavailable, true
+	case errors.Is(err, ErrUnreachable):
+		return http.StatusBadGateway, CodeUnreachable, true
+	}
+	return http.StatusInternalServerError, CodeInternal, false
+}
+
+// WriteError answers with err's status (see Status) and a JSON body
+// {"code","message"}. The message is err's text, except for 502 and 500,
+// which get a fixed text so that internal details (addresses, paths) never
+// reach the caller.
+func WriteError(w http.ResponseWriter, err error) {
+	status, code, _ := Status(err)
+	msg := err.Error()
+	switch status {
+	case http.StatusBadGateway:
+		msg = "the sandbox port is not reachable"
+	case http.StatusInternalServerError:
+		msg = "internal error"
+	}
+	body, _ := json.Marshal(struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	}{code, msg})
+	h := w.Header()
+	h.Set("Content-Type", "application/json; charset=utf-8")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Del("Content-Length")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(body, '\n'))
+}
