@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"os"
@@ -230,8 +231,31 @@ func TestProxyAuth(t *testing.T) {
 	assert.Equal(t, 401, st, "unknown sandbox without credentials does not reveal existence")
 	// A wasm sandbox has no other ports.
 	st, body, _ = h.do("GET", "/v1/sandboxes/"+a.ID+"/proxy/8000/", nil)
-	assert.Equal(t, 400, st)
+	assert.Equal(t, 404, st)
 	assert.Contains(t, string(body), "runc")
+
+	// A signed, expiring route: its token works for that sandbox and port
+	// only, and the endpoint does not hand out the long-lived token.
+	exp := time.Now().Add(time.Hour).Unix()
+	st, body, _ = h.do("GET", fmt.Sprintf("/v1/sandboxes/%s/endpoints/44772?expires=%d", a.ID, exp), nil)
+	require.Equal(t, 200, st, string(body))
+	var signed Endpoint
+	require.NoError(t, json.Unmarshal(body, &signed))
+	require.NotContains(t, signed.Headers, headerExecdToken)
+	tok := signed.Headers["Hybox-Route-Token"]
+	require.NotEmpty(t, tok)
+	st, _, _ = h.do("GET", path, nil, "OPEN-SANDBOX-API-KEY", "", "Hybox-Route-Token", tok)
+	assert.Equal(t, 200, st, "route token for a's execd")
+	st, _, _ = h.do("GET", "/v1/sandboxes/"+b.ID+"/proxy/44772/ping", nil, "OPEN-SANDBOX-API-KEY", "", "Hybox-Route-Token", tok)
+	assert.Equal(t, 401, st, "a's route token on b")
+	st, _, _ = h.do("GET", fmt.Sprintf("/v1/sandboxes/%s/endpoints/44772?expires=%d", a.ID, time.Now().Add(-time.Minute).Unix()), nil)
+	assert.Equal(t, 400, st, "expires in the past")
+
+	// Header routing reaches the same execd.
+	st, body, _ = h.do("GET", "/ping", nil, "OpenSandbox-Ingress-To", a.ID+"-44772")
+	assert.Equal(t, 200, st, string(body))
+	st, _, _ = h.do("GET", "/ping", nil, "OpenSandbox-Ingress-To", a.ID+"-44772", "OPEN-SANDBOX-API-KEY", "")
+	assert.Equal(t, 401, st, "header routing is authenticated too")
 }
 
 func TestPersistenceAcrossRestart(t *testing.T) {

@@ -436,8 +436,19 @@ func (s *Server) getEndpoint(c *gin.Context) {
 	if strings.HasPrefix(c.Request.URL.Path, "/v1/") {
 		prefix = "/v1"
 	}
+	headers := map[string]string{headerExecdToken: r.Token}
+	signed, err := s.routeTokenHeaders(r.ID, port, c.Query("expires"))
+	if err != nil {
+		s.abortErr(c, err)
+		return
+	}
+	if signed != nil {
+		// A signed route carries only the expiring token, not the
+		// sandbox's long-lived one.
+		headers = signed
+	}
 	c.JSON(http.StatusOK, Endpoint{
 		Endpoint: fmt.Sprintf("%s%s/sandboxes/%s/proxy/%d", host, prefix, r.ID, port),
-		Headers:  map[string]string{headerExecdToken: r.Token},
+		Headers:  headers,
 	})
 }

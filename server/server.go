@@ -22,6 +22,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
 
+	"github.com/hybox-dev/hybox/ingress"
 	"github.com/hybox-dev/hybox/runtimes"
 )
 
@@ -43,6 +44,8 @@ type Options struct {
 	MinTimeout time.Duration
 	// MaxTimeout caps a sandbox timeout (default 7 days).
 	MaxTimeout time.Duration
+	// IngressDomain enables host routing: <id>-<port>.<IngressDomain>.
+	IngressDomain string
 	// Images manages container images; nil when no container backend runs.
 	Images runtimes.ImageStore
 	// OneShotRuntime is the runtime name used for POST /run (default "wasm").
@@ -85,10 +88,12 @@ func (o *Options) Validate() error {
 
 // Server is the hybox lifecycle server.
 type Server struct {
-	opts  Options
-	store *store
-	log   *slog.Logger
-	gin   *gin.Engine
+	opts   Options
+	store  *store
+	log    *slog.Logger
+	gin    *gin.Engine
+	h      http.Handler // gin behind the ingress router
+	signer *ingress.Signer
 
 	mu   sync.Mutex
 	live map[string]runtimes.Sandbox
@@ -118,7 +123,20 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{opts: opts, store: st, log: opts.Logger, live: map[string]runtimes.Sandbox{}}
+	key, err := loadRouteKey(opts.DataDir)
+	if err != nil {
+		_ = st.close()
+		return nil, err
+	}
+	if s.signer, err = ingress.NewSigner(key); err != nil {
+		_ = st.close()
+		return nil, err
+	}
 	s.gin = s.routes()
+	if s.h, err = s.withIngress(s.gin); err != nil {
+		_ = st.close()
+		return nil, err
+	}
 	if err := s.recover(ctx); err != nil {
 		_ = st.close()
 		return nil, err
@@ -131,11 +149,11 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 }
 
 // Handler is the HTTP handler of the whole API.
-func (s *Server) Handler() http.Handler { return s.gin }
+func (s *Server) Handler() http.Handler { return s.h }
 
 // Serve serves on l until ctx is done, then shuts down gracefully.
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
-	hs := &http.Server{Handler: s.gin, ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: s.h, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(l) }()
 	select {

@@ -24,6 +24,7 @@ type config struct {
 	APIKey         string               `toml:"api_key"`
 	APIKeyFile     string               `toml:"api_key_file"`
 	Insecure       bool                 `toml:"insecure"`
+	IngressDomain  string               `toml:"ingress_domain"`
 	PublicHost     string               `toml:"public_host"`
 	DefaultRuntime string               `toml:"default_runtime"`
 	ReapInterval   duration             `toml:"reap_interval"`
@@ -94,6 +95,7 @@ func loadConfig(path string, getenv func(string) string) (*config, error) {
 		{"HYBOX_API_KEY", func(v string) error { c.APIKey = v; return nil }},
 		{"HYBOX_API_KEY_FILE", func(v string) error { c.APIKeyFile = v; return nil }},
 		{"HYBOX_PUBLIC_HOST", func(v string) error { c.PublicHost = v; return nil }},
+		{"HYBOX_INGRESS_DOMAIN", func(v string) error { c.IngressDomain = v; return nil }},
 		{"HYBOX_DEFAULT_RUNTIME", func(v string) error { c.DefaultRuntime = v; return nil }},
 		{"HYBOX_GUEST_DIR", func(v string) error { c.Wasm.GuestDir = v; return nil }},
 		{"HYBOX_LOG_LEVEL", func(v string) error { c.LogLevel = v; return nil }},

@@ -25,7 +25,7 @@ import (
 func newServeCmd() *cobra.Command {
 	var (
 		cfgPath, addr, dataDir, apiKey, apiKeyFile, guestDir, publicHost string
-		containerdAddr, runscBinary, execdBinary                         string
+		containerdAddr, runscBinary, execdBinary, ingressDomain          string
 		insecure                                                         bool
 	)
 	cmd := &cobra.Command{
@@ -71,6 +71,9 @@ func newServeCmd() *cobra.Command {
 			if f.Changed("execd-binary") {
 				cfg.OCI.ExecdBinary = execdBinary
 			}
+			if f.Changed("ingress-domain") {
+				cfg.IngressDomain = ingressDomain
+			}
 			if f.Changed("insecure") {
 				cfg.Insecure = insecure
 			}
@@ -90,6 +93,7 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&containerdAddr, "containerd", "", "containerd socket for container sandboxes (env HYBOX_CONTAINERD_ADDRESS; empty = wasm only)")
 	f.StringVar(&runscBinary, "runsc-binary", "", "runsc wrapper for gVisor sandboxes (env HYBOX_RUNSC_BINARY)")
 	f.StringVar(&execdBinary, "execd-binary", "", "static hybox-execd binary (env HYBOX_EXECD_BINARY; default beside hybox)")
+	f.StringVar(&ingressDomain, "ingress-domain", "", "route <id>-<port>.<domain> to sandbox ports (env HYBOX_INGRESS_DOMAIN)")
 	f.BoolVar(&insecure, "insecure", false, "serve WITHOUT authentication (env HYBOX_INSECURE)")
 	return cmd
 }
@@ -186,6 +190,7 @@ func serve(ctx context.Context, cfg *config) error {
 	srv, err := server.New(ctx, server.Options{
 		DataDir: cfg.DataDir, APIKey: key, Insecure: cfg.Insecure, Router: router,
 		PublicHost: cfg.PublicHost, ReapInterval: cfg.ReapInterval.Duration, Logger: log, Images: images,
+		IngressDomain: cfg.IngressDomain,
 	})
 	if err != nil {
 		return err
