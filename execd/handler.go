@@ -160,8 +160,9 @@ func (h *Handler) routes() {
 			writeError(w, http.StatusNotImplemented, CodeNotSupported, what)
 		}
 	}
-	m.HandleFunc("POST /pty", notSupported("PTY sessions are not available in this sandbox; create the sandbox with extensions {\"hybox.io/runtime\":\"runc\"} for a terminal"))
-	m.HandleFunc("/pty/", notSupported("PTY sessions are not available in this sandbox"))
+	ptys := newPTYManager(h)
+	m.HandleFunc("POST /pty", ptys.orElse(ptys.create, notSupported("PTY sessions are not available in this sandbox; create the sandbox with extensions {\"hybox.io/runtime\":\"runc\"} for a terminal")))
+	m.HandleFunc("/pty/", ptys.orElse(ptys.route, notSupported("PTY sessions are not available in this sandbox")))
 
 	RegisterFiles(m, h.opts.Backend.Root, h.opts.Files)
 }

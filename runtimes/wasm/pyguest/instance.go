@@ -16,6 +16,7 @@ import (
 	"github.com/tetratelabs/wazero/experimental/sysfs"
 
 	"github.com/hybox-dev/hybox/execd"
+	"github.com/hybox-dev/hybox/internal/pydriver"
 	"github.com/hybox-dev/hybox/runtimes/wasm/engine"
 	"github.com/hybox-dev/hybox/runtimes/wasm/wasmfs"
 )
@@ -82,18 +83,18 @@ func (m *Manager) start(ctx context.Context) (*instance, error) {
 	in := newInbox()
 	inst.stdin = in
 
-	dm := &demuxer{
-		stdout:   func(p []byte) { inst.output(p, false) },
-		frame:    inst.onFrame,
-		maxFrame: int(m.opts.OutputLimitBytes) + 1<<16,
-		tooLong:  inst.frameTooLong,
+	dm := &pydriver.Demuxer{
+		Stdout:   func(p []byte) { inst.output(p, false) },
+		Frame:    inst.onFrame,
+		MaxFrame: int(m.opts.OutputLimitBytes) + 1<<16,
+		TooLong:  inst.frameTooLong,
 	}
 	fsc := wazero.NewFSConfig().(sysfs.FSConfig).
 		WithSysFSMount(inst.sw, "/").
 		WithFSMount(m.site, siteDir)
 	cfg := wazero.NewModuleConfig().
 		WithName(inst.name).
-		WithArgs("python3", "-u", "-c", driverSource).
+		WithArgs("python3", "-u", "-c", pydriver.Source).
 		WithEnv("HOME", "/").
 		WithEnv("PYTHONDONTWRITEBYTECODE", "1").
 		WithEnv("PYTHONUNBUFFERED", "1").

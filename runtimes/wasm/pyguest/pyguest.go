@@ -4,7 +4,7 @@
 //
 // A context is one guest instance running driver.py, which reads requests on
 // stdin and writes control frames on stdout (the framing is described in
-// driver.py and demux.go). Because a fresh guest takes 100-300 ms to start, a
+// internal/pydriver). Because a fresh guest takes 100-300 ms to start, a
 // Manager keeps a small pool of started guests whose filesystem (a
 // wasmfs.Switch) is unbound until a sandbox claims one.
 package pyguest
@@ -30,9 +30,6 @@ import (
 	"github.com/hybox-dev/hybox/execd"
 	"github.com/hybox-dev/hybox/runtimes/wasm/engine"
 )
-
-//go:embed driver.py
-var driverSource string
 
 //go:embed site/sitecustomize.py
 var siteFiles embed.FS

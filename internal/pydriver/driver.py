@@ -1,7 +1,12 @@
-# hybox persistent-context driver for the CPython WASI guest.
+# hybox persistent-context driver, for the CPython WASI guest and for a
+# native python3 in a container.
 #
 # Run as `python -u -c <this file>`. It keeps one interpreter alive and runs
 # the code cells the host sends, like a notebook kernel.
+#
+# SIGINT interrupts the running cell only (it raises KeyboardInterrupt there,
+# once per cell); between cells it is ignored, so the host may repeat it
+# until the cell ends without risking the driver itself.
 #
 # Requests (host -> guest, fd 0): "<kind> <decimal byte length>\n<payload>".
 #   init: payload {"cwd": "/dir", "env": {"HOME": "/dir"}} (JSON); no reply
@@ -50,14 +55,29 @@ def _frame(obj):
     _write_all(1, MAGIC + json.dumps(obj, ensure_ascii=True).encode("ascii") + b"\n")
 
 
-class _Requests:
-    """Reads length-prefixed JSON requests from fd 0."""
+def _private_request_fd():
+    """Moves the request stream off fd 0, so that child processes of a cell
+    cannot read requests; fd 0 becomes /dev/null. Where dup is missing (WASI)
+    the requests stay on fd 0."""
+    try:
+        fd = os.dup(0)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        return fd
+    except (AttributeError, OSError):
+        return 0
 
-    def __init__(self):
+
+class _Requests:
+    """Reads length-prefixed JSON requests from the request fd."""
+
+    def __init__(self, fd=0):
+        self.fd = fd
         self.buf = b""
 
     def _fill(self):
-        chunk = os.read(0, 1 << 16)
+        chunk = os.read(self.fd, 1 << 16)
         if not chunk:
             raise EOFError
         self.buf += chunk
@@ -126,7 +146,10 @@ def _user_traceback(exc):
     tb = exc.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename == DRIVER_FILE:
         tb = tb.tb_next
-    return traceback.format_exception(type(exc), exc, tb)
+    te = traceback.TracebackException(type(exc), exc, tb)
+    # The SIGINT handler's frame ends a KeyboardInterrupt's stack: hide it.
+    te.stack = traceback.StackSummary.from_list([f for f in te.stack if f.filename != DRIVER_FILE])
+    return list(te.format())
 
 
 def _error(exc, tb_lines):
@@ -141,6 +164,7 @@ def _error(exc, tb_lines):
 class _Kernel:
     def __init__(self):
         self.count = 0
+        self.running = False  # a cell is executing: SIGINT may interrupt it
         main = types.ModuleType("__main__")
         main.__builtins__ = builtins
         sys.modules["__main__"] = main
@@ -160,7 +184,29 @@ class _Kernel:
             except OSError as e:
                 print("hybox: cannot change directory to %r: %s" % (cwd, e), file=sys.stderr)
 
+    def on_sigint(self, signum, frame):
+        if self.running:
+            self.running = False  # at most one KeyboardInterrupt per cell
+            raise KeyboardInterrupt
+
+    def install_sigint(self):
+        try:
+            import signal
+            signal.signal(signal.SIGINT, self.on_sigint)
+        except (ImportError, AttributeError, OSError, ValueError):
+            pass
+
     def run(self, code):
+        try:
+            self.running = True
+            self._run(code)
+        except KeyboardInterrupt as e:  # arrived outside the user's code
+            self.running = False
+            _error(e, ["KeyboardInterrupt"])
+        finally:
+            self.running = False
+
+    def _run(self, code):
         self.count += 1
         name = "<cell-%d>" % self.count
         linecache.cache[name] = (len(code), None, code.splitlines(True), name)
@@ -190,6 +236,7 @@ class _Kernel:
                 self.ns["_"] = value
                 display(value)
         except BaseException as e:  # SystemExit and KeyboardInterrupt included
+            self.running = False
             try:
                 lines = _user_traceback(e)
             except BaseException:
@@ -202,7 +249,8 @@ _DONE = MAGIC + b'{"type": "done"}\n'
 
 def _main():
     kernel = _Kernel()
-    requests = _Requests()
+    kernel.install_sigint()
+    requests = _Requests(_private_request_fd())
     _frame({"type": "ready"})
     while True:
         try:

@@ -1,4 +1,4 @@
-package pyguest
+package pydriver
 
 import (
 	"bytes"
@@ -10,11 +10,11 @@ import (
 // collect feeds chunks to a demuxer and returns its stdout and frames.
 func collect(chunks [][]byte, maxFrame int) (stdout string, frames []string, tooLong int) {
 	var out bytes.Buffer
-	d := &demuxer{
-		stdout:   func(p []byte) { out.Write(p) },
-		frame:    func(b []byte) { frames = append(frames, string(b)) },
-		maxFrame: maxFrame,
-		tooLong:  func() { tooLong++ },
+	d := &Demuxer{
+		Stdout:   func(p []byte) { out.Write(p) },
+		Frame:    func(b []byte) { frames = append(frames, string(b)) },
+		MaxFrame: maxFrame,
+		TooLong:  func() { tooLong++ },
 	}
 	for _, c := range chunks {
 		if n, err := d.Write(c); n != len(c) || err != nil {
@@ -35,7 +35,7 @@ func splitEvery(s string, n int) [][]byte {
 }
 
 func TestDemuxer(t *testing.T) {
-	const M = frameMagic
+	const M = Magic
 	cases := []struct {
 		name     string
 		stream   string
@@ -70,7 +70,7 @@ func TestDemuxer(t *testing.T) {
 // needed: a chunk without a NUL is forwarded in the same Write.
 func TestDemuxerForwardsEagerly(t *testing.T) {
 	var got []string
-	d := &demuxer{stdout: func(p []byte) { got = append(got, string(p)) }, frame: func([]byte) {}}
+	d := &Demuxer{Stdout: func(p []byte) { got = append(got, string(p)) }, Frame: func([]byte) {}}
 	_, _ = d.Write([]byte("early"))
 	if !slices.Equal(got, []string{"early"}) {
 		t.Fatalf("after one write: %q", got)
@@ -90,10 +90,10 @@ func FuzzDemuxer(f *testing.F) {
 	f.Add([]byte("\x00\x1bHYB"), []byte("x"), uint8(1))
 	f.Fuzz(func(t *testing.T, out, body []byte, split uint8) {
 		// Output may contain anything but a full magic; frame bodies no newline.
-		if bytes.Contains(out, []byte(frameMagic)) || bytes.IndexByte(body, '\n') >= 0 {
+		if bytes.Contains(out, []byte(Magic)) || bytes.IndexByte(body, '\n') >= 0 {
 			t.Skip()
 		}
-		stream := string(out) + frameMagic + string(body) + "\n" + string(out) + frameMagic + "end\n"
+		stream := string(out) + Magic + string(body) + "\n" + string(out) + Magic + "end\n"
 		stdout, frames, _ := collect(splitEvery(stream, int(split)+1), 0)
 		if stdout != string(out)+string(out) {
 			t.Fatalf("stdout %q, want %q", stdout, string(out)+string(out))

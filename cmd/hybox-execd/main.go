@@ -1,0 +1,312 @@
+// Command hybox-execd is the in-sandbox daemon of container sandboxes. It
+// is mounted read-only into every container and started as its first
+// process: it reaps zombies (it is init), starts the user's entrypoint, and
+// serves the execd API (commands, sessions, code, files, metrics,
+// terminals) over OS processes on a unix socket, which the hybox server
+// reaches through a per-sandbox host directory, and on TCP 44772 inside
+// the sandbox.
+//
+// Usage:
+//
+//	hybox-execd [--listen-unix PATH] [--listen-tcp ADDR] [--root DIR]
+//	            [--access-token-file FILE] [--subreaper] [-- ENTRYPOINT ARGS...]
+//
+// It uses the standard library and a pty library only and is built with
+// CGO_ENABLED=0 as a static binary.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hybox-dev/hybox/execd"
+	"github.com/hybox-dev/hybox/execd/osbackend"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stderr))
+}
+
+// config is the parsed command line.
+type config struct {
+	listenUnix string
+	listenTCP  string
+	root       string
+	tokenFile  string
+	subreaper  bool
+	stopGrace  time.Duration
+	logLevel   string
+	entrypoint []string
+}
+
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("hybox-execd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.listenUnix, "listen-unix", "/run/hybox/execd.sock", "unix socket to serve on (\"\" disables)")
+	fs.StringVar(&c.listenTCP, "listen-tcp", "0.0.0.0:44772", "TCP address to serve on (\"\" disables)")
+	fs.StringVar(&c.root, "root", "/", "root of the files API and of guest paths")
+	fs.StringVar(&c.tokenFile, "access-token-file", "", "file holding the X-EXECD-ACCESS-TOKEN every request must carry")
+	fs.BoolVar(&c.subreaper, "subreaper", false, "reap orphans as a child subreaper even when not PID 1")
+	fs.DurationVar(&c.stopGrace, "stop-grace", 10*time.Second, "how long the entrypoint has to exit after SIGTERM")
+	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	c.entrypoint = fs.Args()
+	if c.listenUnix == "" && c.listenTCP == "" {
+		return c, errors.New("nothing to listen on: set --listen-unix or --listen-tcp")
+	}
+	return c, nil
+}
+
+func run(args []string, stderr io.Writer) int {
+	cfg, err := parseFlags(args, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(stderr, "hybox-execd:", err)
+		return 2
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(cfg.logLevel)); err != nil {
+		fmt.Fprintln(stderr, "hybox-execd: --log-level:", err)
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if err := serve(cfg, log); err != nil {
+		log.Error("hybox-execd failed", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func serve(cfg config, log *slog.Logger) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	// Signals first, so that none is lost while starting.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+
+	var reaper *osbackend.Reaper
+	if os.Getpid() == 1 || cfg.subreaper {
+		if os.Getpid() != 1 {
+			if err := setChildSubreaper(); err != nil {
+				return fmt.Errorf("become a child subreaper: %w", err)
+			}
+		}
+		reaper = osbackend.NewReaper(log)
+		go reaper.Run(ctx)
+		log.Debug("reaping orphans", "pid", os.Getpid())
+	}
+
+	token := ""
+	if cfg.tokenFile != "" {
+		b, err := os.ReadFile(cfg.tokenFile)
+		if err != nil {
+			return fmt.Errorf("access token: %w", err)
+		}
+		token = strings.TrimSpace(string(b))
+		if token == "" {
+			return fmt.Errorf("access token file %s is empty", cfg.tokenFile)
+		}
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		wd = cfg.root
+	}
+	backend, err := osbackend.New(osbackend.Options{
+		RootDir: cfg.root, Workdir: wd, Env: os.Environ(), Reaper: reaper, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	defer backend.Close()
+	handler, err := execd.New(execd.Options{Backend: backend, AccessToken: token, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer handler.Close()
+
+	var listeners []net.Listener
+	defer func() {
+		for _, l := range listeners {
+			l.Close()
+		}
+	}()
+	if cfg.listenUnix != "" {
+		l, err := listenUnix(cfg.listenUnix)
+		if err != nil {
+			return err
+		}
+		listeners = append(listeners, l)
+	}
+	if cfg.listenTCP != "" {
+		l, err := net.Listen("tcp", cfg.listenTCP)
+		if err != nil {
+			return fmt.Errorf("listen on %s: %w", cfg.listenTCP, err)
+		}
+		listeners = append(listeners, l)
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	var served sync.WaitGroup
+	for _, l := range listeners {
+		served.Add(1)
+		go func() {
+			defer served.Done()
+			log.Info("serving execd", "network", l.Addr().Network(), "addr", l.Addr().String())
+			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("serve", "addr", l.Addr().String(), "err", err)
+			}
+		}()
+	}
+
+	var entry *entrypoint
+	if len(cfg.entrypoint) > 0 {
+		entry, err = startEntrypoint(cfg.entrypoint, reaper, log)
+		if err != nil {
+			// The sandbox stays usable through execd; the failure is logged.
+			log.Error("entrypoint did not start", "argv", cfg.entrypoint, "err", err)
+		}
+	}
+
+	sig := <-sigs
+	log.Info("stopping", "signal", sig.String())
+	if entry != nil {
+		entry.stop(sig.(syscall.Signal), cfg.stopGrace)
+	}
+	shutdownCtx, cancelShutdown := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancelShutdown()
+	handler.Close()
+	_ = srv.Shutdown(shutdownCtx)
+	served.Wait()
+	if cfg.listenUnix != "" {
+		_ = os.Remove(cfg.listenUnix)
+	}
+	return nil
+}
+
+// listenUnix listens on a unix socket, replacing a stale socket file.
+func listenUnix(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("socket directory: %w", err)
+	}
+	if st, err := os.Lstat(path); err == nil && st.Mode()&os.ModeSocket != 0 {
+		_ = os.Remove(path)
+	}
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o660); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("socket mode: %w", err)
+	}
+	return l, nil
+}
+
+// setChildSubreaper makes orphaned descendants children of this process.
+func setChildSubreaper() error {
+	const prSetChildSubreaper = 36
+	if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0); e != 0 {
+		return e
+	}
+	return nil
+}
+
+// entrypoint is the user's main process.
+type entrypoint struct {
+	pgid int
+	done chan struct{} // closed when it exited
+	log  *slog.Logger
+}
+
+// startEntrypoint starts argv in its own process group with this process's
+// stdio and environment.
+func startEntrypoint(argv []string, reaper *osbackend.Reaper, log *slog.Logger) (*entrypoint, error) {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	e := &entrypoint{done: make(chan struct{}), log: log}
+	var status <-chan syscall.WaitStatus
+	if reaper != nil {
+		ch, err := reaper.Start(cmd, cmd.Start)
+		if err != nil {
+			return nil, err
+		}
+		status = ch
+	} else {
+		if err := cmd.Start(); err != nil {
+			return nil, err
+		}
+		ch := make(chan syscall.WaitStatus, 1)
+		go func() {
+			st, err := cmd.Process.Wait()
+			if err != nil || st == nil {
+				ch <- syscall.WaitStatus(0xff << 8)
+				return
+			}
+			ch <- st.Sys().(syscall.WaitStatus)
+		}()
+		status = ch
+	}
+	e.pgid = cmd.Process.Pid
+	log.Info("entrypoint started", "argv", argv, "pid", e.pgid)
+	go func() {
+		ws := <-status
+		log.Info("entrypoint exited", "pid", e.pgid, "status", describe(ws))
+		close(e.done)
+	}()
+	return e, nil
+}
+
+// stop forwards sig to the entrypoint's group and waits up to grace, then
+// kills the group.
+func (e *entrypoint) stop(sig syscall.Signal, grace time.Duration) {
+	select {
+	case <-e.done:
+		return
+	default:
+	}
+	_ = syscall.Kill(-e.pgid, sig)
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-e.done:
+	case <-t.C:
+		e.log.Warn("entrypoint did not exit in time; killing it", "pid", e.pgid, "grace", grace)
+		_ = syscall.Kill(-e.pgid, syscall.SIGKILL)
+		select {
+		case <-e.done:
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+func describe(ws syscall.WaitStatus) string {
+	switch {
+	case ws.Exited():
+		return fmt.Sprintf("exit code %d", ws.ExitStatus())
+	case ws.Signaled():
+		return "killed by " + ws.Signal().String()
+	default:
+		return fmt.Sprintf("status %#x", uint32(ws))
+	}
+}

@@ -1,0 +1,304 @@
+// Package osbackend is the execd.Backend of container sandboxes: commands,
+// shell sessions, code interpreters and terminals are real OS processes,
+// run by hybox-execd inside the container. Output is copied from pipes as it
+// is produced; every command runs in its own process group so that it can be
+// interrupted or killed with everything it started.
+//
+// Paths named by clients (a command's cwd) are guest paths, resolved under
+// Options.RootDir ("/" in a container, so they are the container's paths).
+package osbackend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hybox-dev/hybox/execd"
+)
+
+// Defaults applied by Options.Validate.
+const (
+	DefaultDrainTimeout   = 200 * time.Millisecond
+	DefaultInterruptGrace = 2 * time.Second
+	DefaultCgroupDir      = "/sys/fs/cgroup"
+	DefaultProcDir        = "/proc"
+)
+
+// Options configures a Backend.
+type Options struct {
+	// RootDir is the sandbox filesystem: the files API's root and the base
+	// of guest paths. Required ("/" in a container).
+	RootDir string
+	// Workdir is the host path where processes start when the request names
+	// no cwd ("" = RootDir).
+	Workdir string
+	// Env is the base environment of every process ("KEY=VALUE"); request
+	// variables are added to it. nil = PATH, HOME and LANG defaults.
+	Env []string
+	// Shell runs commands with -c ("" = /bin/bash, else /bin/sh).
+	Shell string
+	// Python names the interpreter of python contexts, looked up on the
+	// PATH of Env ("" = python3).
+	Python string
+	// Node names the interpreter of javascript contexts ("" = node).
+	Node string
+	// Reaper, when set, collects the exit status of every child (PID 1
+	// mode). nil = the backend waits for its own children only.
+	Reaper *Reaper
+	// KillGrace, when positive, sends SIGTERM to a killed command's group
+	// and SIGKILL only after this grace (default 0: SIGKILL at once).
+	KillGrace time.Duration
+	// DrainTimeout bounds how long Wait keeps reading output after a
+	// command's main process exited while something it started in the
+	// background still holds its stdout (default 200 ms).
+	DrainTimeout time.Duration
+	// InterruptGrace is how long an interrupted interpreter or session has
+	// to return after SIGINT before it is killed (default 2 s).
+	InterruptGrace time.Duration
+	// CgroupDir is where the sandbox's cgroup is mounted (default /sys/fs/cgroup).
+	CgroupDir string
+	// ProcDir is the proc filesystem (default /proc).
+	ProcDir string
+	// Logger; nil = slog.Default().
+	Logger *slog.Logger
+}
+
+// Validate fills defaults and checks required fields.
+//
+// # Errors
+// When RootDir is empty or not a directory, or Shell does not exist.
+func (o *Options) Validate() error {
+	if o.RootDir == "" {
+		return errors.New("osbackend: RootDir is required")
+	}
+	st, err := os.Stat(o.RootDir)
+	if err != nil {
+		return fmt.Errorf("osbackend: RootDir: %w", err)
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("osbackend: RootDir %s is not a directory", o.RootDir)
+	}
+	if o.Workdir == "" {
+		o.Workdir = o.RootDir
+	}
+	if o.Env == nil {
+		o.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8"}
+	}
+	if o.Shell == "" {
+		o.Shell = "/bin/bash"
+		if _, err := os.Stat(o.Shell); err != nil {
+			o.Shell = "/bin/sh"
+		}
+	}
+	if _, err := os.Stat(o.Shell); err != nil {
+		return fmt.Errorf("osbackend: shell: %w", err)
+	}
+	if o.Python == "" {
+		o.Python = "python3"
+	}
+	if o.Node == "" {
+		o.Node = "node"
+	}
+	if o.DrainTimeout <= 0 {
+		o.DrainTimeout = DefaultDrainTimeout
+	}
+	if o.InterruptGrace <= 0 {
+		o.InterruptGrace = DefaultInterruptGrace
+	}
+	if o.CgroupDir == "" {
+		o.CgroupDir = DefaultCgroupDir
+	}
+	if o.ProcDir == "" {
+		o.ProcDir = DefaultProcDir
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return nil
+}
+
+// Backend runs a sandbox's executions as OS processes.
+type Backend struct {
+	opts Options
+	root *os.Root
+
+	metrics metricsState
+
+	mu     sync.Mutex
+	live   map[closer]struct{} // sessions, interpreters, terminals
+	closed bool
+}
+
+type closer interface{ Close() error }
+
+var (
+	_ execd.Backend    = (*Backend)(nil)
+	_ execd.PTYBackend = (*Backend)(nil)
+)
+
+// New returns a Backend.
+//
+// # Errors
+// When opts are invalid or the root cannot be opened.
+func New(opts Options) (*Backend, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	root, err := os.OpenRoot(opts.RootDir)
+	if err != nil {
+		return nil, fmt.Errorf("osbackend: open root: %w", err)
+	}
+	return &Backend{opts: opts, root: root, live: map[closer]struct{}{}}, nil
+}
+
+// Root implements execd.Backend.
+func (b *Backend) Root() *os.Root { return b.root }
+
+// Languages implements execd.Backend: the languages whose interpreter is
+// installed now.
+func (b *Backend) Languages() []string {
+	var out []string
+	if _, err := b.lookPath(b.opts.Python); err == nil {
+		out = append(out, "python")
+	}
+	if _, err := b.lookPath(b.opts.Node); err == nil {
+		out = append(out, "javascript")
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Close kills every session, interpreter and terminal and closes the root.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	b.closed = true
+	live := b.live
+	b.live = map[closer]struct{}{}
+	b.mu.Unlock()
+	for c := range live {
+		_ = c.Close()
+	}
+	return b.root.Close()
+}
+
+// track remembers c until untrack, so that Close can stop it.
+func (b *Backend) track(c closer) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return errors.New("osbackend: closed")
+	}
+	b.live[c] = struct{}{}
+	return nil
+}
+
+func (b *Backend) untrack(c closer) {
+	b.mu.Lock()
+	delete(b.live, c)
+	b.mu.Unlock()
+}
+
+// hostDir maps a guest directory to a host path ("" = Workdir) and checks
+// that it is a directory.
+func (b *Backend) hostDir(guest string) (string, error) {
+	dir := b.opts.Workdir
+	if guest != "" {
+		if path.IsAbs(guest) {
+			dir = filepath.Join(b.opts.RootDir, filepath.FromSlash(path.Clean(guest)))
+		} else {
+			dir = filepath.Join(b.opts.Workdir, filepath.FromSlash(guest))
+		}
+	}
+	st, err := os.Stat(dir)
+	if err != nil {
+		return "", fmt.Errorf("working directory %s: %w", guest, err)
+	}
+	if !st.IsDir() {
+		return "", fmt.Errorf("working directory %s is not a directory: %w", guest, fs.ErrInvalid)
+	}
+	return dir, nil
+}
+
+// environ returns the base environment with extra variables set.
+func (b *Backend) environ(extra map[string]string) []string {
+	env := make([]string, 0, len(b.opts.Env)+len(extra))
+	keys := make([]string, 0, len(extra))
+	for k := range extra {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, kv := range b.opts.Env {
+		k, _, _ := strings.Cut(kv, "=")
+		if _, ok := extra[k]; !ok {
+			env = append(env, kv)
+		}
+	}
+	for _, k := range keys {
+		env = append(env, k+"="+extra[k])
+	}
+	return env
+}
+
+// getenv reads a variable of the base environment.
+func (b *Backend) getenv(key string) string {
+	for _, kv := range b.opts.Env {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == key {
+			return v
+		}
+	}
+	return ""
+}
+
+// lookPath finds an executable on the PATH of the base environment.
+func (b *Backend) lookPath(name string) (string, error) {
+	if strings.Contains(name, "/") {
+		if isExecutable(name) {
+			return name, nil
+		}
+		return "", fmt.Errorf("%s: %w", name, fs.ErrNotExist)
+	}
+	for _, dir := range filepath.SplitList(b.getenv("PATH")) {
+		if dir == "" {
+			continue
+		}
+		p := filepath.Join(dir, name)
+		if isExecutable(p) {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s not found on PATH: %w", name, fs.ErrNotExist)
+}
+
+func isExecutable(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular() && st.Mode().Perm()&0o111 != 0
+}
+
+// stopErr is the error of an execution stopped because ctx ended: its
+// cause when that names why (timeout, interrupt, output limit), else
+// execd.ErrTimeout or execd.ErrInterrupted.
+func stopErr(ctx context.Context) error {
+	cause := context.Cause(ctx)
+	for _, known := range []error{execd.ErrInterrupted, execd.ErrTimeout, execd.ErrOutputLimit} {
+		if errors.Is(cause, known) {
+			return cause
+		}
+	}
+	if errors.Is(cause, context.DeadlineExceeded) {
+		return execd.ErrTimeout
+	}
+	return execd.ErrInterrupted
+}
+
+// errEOF is io.EOF (named here to keep the imports of pty.go small).
+var errEOF = io.EOF

@@ -1,0 +1,255 @@
+package execd_test
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hybox-dev/hybox/execd"
+	"github.com/hybox-dev/hybox/execd/osbackend"
+)
+
+// wsClient is a minimal WebSocket client for tests.
+type wsClient struct {
+	nc net.Conn
+	br *bufio.Reader
+}
+
+func dialWS(t *testing.T, srvURL, path string) *wsClient {
+	t.Helper()
+	addr := strings.TrimPrefix(srvURL, "http://")
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	var key [16]byte
+	_, _ = rand.Read(key[:])
+	req := "GET " + path + " HTTP/1.1\r\nHost: " + addr + "\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+		"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: " + base64.StdEncoding.EncodeToString(key[:]) + "\r\n\r\n"
+	if _, err := io.WriteString(nc, req); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(nc)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("handshake: %v %v", resp, err)
+	}
+	return &wsClient{nc: nc, br: br}
+}
+
+func (c *wsClient) send(t *testing.T, op byte, payload []byte) {
+	t.Helper()
+	mask := [4]byte{9, 8, 7, 6}
+	hdr := []byte{0x80 | op}
+	switch n := len(payload); {
+	case n < 126:
+		hdr = append(hdr, 0x80|byte(n))
+	case n <= 0xffff:
+		hdr = append(hdr, 0x80|126, byte(n>>8), byte(n))
+	default:
+		hdr = append(hdr, 0x80|127)
+		hdr = binary.BigEndian.AppendUint64(hdr, uint64(n))
+	}
+	hdr = append(hdr, mask[:]...)
+	body := bytes.Clone(payload)
+	for i := range body {
+		body[i] ^= mask[i&3]
+	}
+	if _, err := c.nc.Write(append(hdr, body...)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (c *wsClient) sendJSON(t *testing.T, v any) {
+	t.Helper()
+	b, _ := json.Marshal(v)
+	c.send(t, 0x1, b)
+}
+
+// read returns the next frame's opcode and payload (server frames are
+// never masked or fragmented).
+func (c *wsClient) read(t *testing.T) (byte, []byte) {
+	t.Helper()
+	_ = c.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var h [2]byte
+	if _, err := io.ReadFull(c.br, h[:]); err != nil {
+		t.Fatalf("read frame: %v", err)
+	}
+	n := int(h[1] & 0x7f)
+	switch n {
+	case 126:
+		var b [2]byte
+		io.ReadFull(c.br, b[:])
+		n = int(binary.BigEndian.Uint16(b[:]))
+	case 127:
+		var b [8]byte
+		io.ReadFull(c.br, b[:])
+		n = int(binary.BigEndian.Uint64(b[:]))
+	}
+	p := make([]byte, n)
+	if _, err := io.ReadFull(c.br, p); err != nil {
+		t.Fatalf("read payload: %v", err)
+	}
+	return h[0] & 0x0f, p
+}
+
+// readUntil reads frames until the terminal output contains want or an
+// exit message arrives; it returns the output and the exit message.
+func (c *wsClient) readUntil(t *testing.T, want string) (string, map[string]any) {
+	t.Helper()
+	var out strings.Builder
+	for {
+		op, p := c.read(t)
+		switch op {
+		case 0x2:
+			if len(p) > 0 && (p[0] == 0x01 || p[0] == 0x03) {
+				out.Write(p[1:])
+			}
+		case 0x1:
+			var m map[string]any
+			_ = json.Unmarshal(p, &m)
+			if m["type"] == "exit" {
+				return out.String(), m
+			}
+		case 0x8:
+			return out.String(), nil
+		}
+		if want != "" && strings.Contains(out.String(), want) {
+			return out.String(), nil
+		}
+	}
+}
+
+func newPTYServer(t *testing.T) *httptest.Server {
+	t.Helper()
+	b, err := osbackend.New(osbackend.Options{RootDir: t.TempDir(), Env: append(os.Environ(), "PS1=$ ")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := execd.New(execd.Options{Backend: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(func() {
+		srv.Close()
+		h.Close()
+		b.Close()
+	})
+	return srv
+}
+
+func createPTY(t *testing.T, srv *httptest.Server, body string) string {
+	t.Helper()
+	resp, err := http.Post(srv.URL+"/pty", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		SessionID string `json:"session_id"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusOK || out.SessionID == "" {
+		t.Fatalf("create: %d %v %+v", resp.StatusCode, err, out)
+	}
+	return out.SessionID
+}
+
+func TestPTYOverWebSocket(t *testing.T) {
+	srv := newPTYServer(t)
+	id := createPTY(t, srv, `{"command":"bash --noprofile --norc -i","cols":90,"rows":20}`)
+	c := dialWS(t, srv.URL, "/pty/"+id+"/ws")
+
+	op, p := c.read(t)
+	var hello map[string]any
+	if op != 0x1 || json.Unmarshal(p, &hello) != nil || hello["type"] != "connected" || hello["session_id"] != id {
+		t.Fatalf("first message %d %q", op, p)
+	}
+	c.send(t, 0x2, append([]byte{0x00}, "stty size\n"...))
+	if out, _ := c.readUntil(t, "20 90"); !strings.Contains(out, "20 90") {
+		t.Fatalf("size output %q", out)
+	}
+	c.sendJSON(t, map[string]any{"type": "resize", "cols": 120, "rows": 40})
+	c.sendJSON(t, map[string]any{"type": "stdin", "data": "stty size\n"})
+	if out, _ := c.readUntil(t, "40 120"); !strings.Contains(out, "40 120") {
+		t.Fatalf("resized output %q", out)
+	}
+	c.sendJSON(t, map[string]any{"type": "ping"})
+	for {
+		op, p := c.read(t)
+		if op == 0x1 && strings.Contains(string(p), "pong") {
+			break
+		}
+	}
+	// SIGINT stops the foreground command, not the shell.
+	c.sendJSON(t, map[string]any{"type": "stdin", "data": "sleep 30\n"})
+	time.Sleep(300 * time.Millisecond)
+	c.sendJSON(t, map[string]any{"type": "signal", "signal": "SIGINT"})
+	c.sendJSON(t, map[string]any{"type": "stdin", "data": "echo still-$((40+2))\n"})
+	if out, _ := c.readUntil(t, "still-42"); !strings.Contains(out, "still-42") {
+		t.Fatalf("after SIGINT %q", out)
+	}
+
+	// A second client gets the replay and takes over.
+	c2 := dialWS(t, srv.URL, "/pty/"+id+"/ws")
+	c2.read(t) // connected
+	op, p = c2.read(t)
+	if op != 0x2 || p[0] != 0x03 || !strings.Contains(string(p), "still-42") {
+		t.Fatalf("replay %d %q", op, p)
+	}
+	c2.sendJSON(t, map[string]any{"type": "stdin", "data": "exit 5\n"})
+	_, exit := c2.readUntil(t, "")
+	if exit == nil || exit["exit_code"] != float64(5) {
+		t.Fatalf("exit message %v", exit)
+	}
+}
+
+func TestPTYErrors(t *testing.T) {
+	srv := newPTYServer(t)
+	resp, err := http.Get(srv.URL + "/pty/nope/ws")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("unknown terminal: %d", resp.StatusCode)
+	}
+	id := createPTY(t, srv, `{"command":"sleep 30"}`)
+	resp, err = http.Get(srv.URL + "/pty/" + id + "/ws") // not a WebSocket request
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("plain GET: %d", resp.StatusCode)
+	}
+	req, _ := http.NewRequest(http.MethodDelete, srv.URL+"/pty/"+id, nil)
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("delete: %d", resp.StatusCode)
+	}
+	resp, err = http.Post(srv.URL+"/pty", "application/json", strings.NewReader(`{"cwd":"/missing"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("missing cwd: %d", resp.StatusCode)
+	}
+}
