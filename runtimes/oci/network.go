@@ -2,6 +2,8 @@ package oci
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -66,7 +68,10 @@ func newNetwork(pluginDir, bridge, subnet, stateDir string) (*network, error) {
 }
 
 // nsName is the named network namespace of a sandbox.
-func nsName(id string) string { return "hybox-" + strings.ReplaceAll(id, "-", "")[:16] }
+func nsName(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return "hybox-" + hex.EncodeToString(sum[:8])
+}
 
 func (n *network) nsPath(id string) string { return filepath.Join(n.nsDir, nsName(id)) }
 

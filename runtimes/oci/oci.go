@@ -226,6 +226,10 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (_ runtimes.Sa
 	if r.binary != "" {
 		runtimeOpts.BinaryName = r.binary
 	}
+	if r.name == "runsc" {
+		// runsc keeps its own state, apart from runc's.
+		runtimeOpts.Root = "/run/containerd/runsc"
+	}
 	c, err := r.b.client.NewContainer(ctx, spec.ID,
 		containerd.WithImage(img),
 		containerd.WithSnapshotter("overlayfs"),
@@ -338,12 +342,25 @@ func (r *Runtime) Destroy(ctx context.Context, spec runtimes.Spec) error {
 	switch {
 	case err == nil:
 		if task, err := c.Task(ctx, nil); err == nil {
-			if st, err := task.Status(ctx); err == nil && st.Status == containerd.Paused {
+			st, serr := task.Status(ctx)
+			if serr == nil && st.Status == containerd.Paused {
 				_ = task.Resume(ctx)
 			}
-			_ = task.Kill(ctx, syscall.SIGKILL, containerd.WithKillAll)
-			if _, err := task.Delete(ctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
-				errs = append(errs, fmt.Errorf("delete task: %w", err))
+			// Kill only a live task: runsc answers a kill of an exited
+			// task with an error the shim does not map to "not found".
+			if serr == nil && st.Status != containerd.Stopped {
+				_ = task.Kill(ctx, syscall.SIGKILL, containerd.WithKillAll)
+				if ch, err := task.Wait(ctx); err == nil {
+					select {
+					case <-ch:
+					case <-time.After(5 * time.Second):
+					}
+				}
+			}
+			if _, err := task.Delete(ctx); err != nil && !errdefs.IsNotFound(err) {
+				if _, err := task.Delete(ctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+					errs = append(errs, fmt.Errorf("delete task: %w", err))
+				}
 			}
 		}
 		if err := c.Delete(ctx, containerd.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {

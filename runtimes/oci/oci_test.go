@@ -1,0 +1,87 @@
+package oci_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/hybox-dev/hybox/internal/ocienv"
+	"github.com/hybox-dev/hybox/runtimes"
+	"github.com/hybox-dev/hybox/runtimes/oci"
+	"github.com/hybox-dev/hybox/runtimes/runtimetest"
+)
+
+var (
+	execdOnce sync.Once
+	execdBin  string
+	execdErr  error
+)
+
+// buildExecd builds the static hybox-execd once per test binary.
+func buildExecd(t *testing.T) string {
+	t.Helper()
+	execdOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "hybox-execd-")
+		if err != nil {
+			execdErr = err
+			return
+		}
+		execdBin = filepath.Join(dir, "hybox-execd")
+		cmd := exec.Command("go", "build", "-trimpath", "-o", execdBin, "github.com/hybox-dev/hybox/cmd/hybox-execd")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			execdErr = err
+			execdBin = string(out)
+		}
+	})
+	if execdErr != nil {
+		t.Fatalf("build hybox-execd: %v\n%s", execdErr, execdBin)
+	}
+	return execdBin
+}
+
+// newBackend connects to the test containerd (skipping, with the reason,
+// where there is none and HYBOX_REQUIRE_CONTAINERS is unset).
+func newBackend(t *testing.T) *oci.Backend {
+	t.Helper()
+	sock := ocienv.Containerd(t)
+	ocienv.Image(t, sock)
+	b, err := oci.New(context.Background(), oci.Options{
+		Address:      sock,
+		Namespace:    ocienv.Namespace,
+		ExecdBinary:  buildExecd(t),
+		RunscBinary:  ocienv.RunscWrapper(),
+		CNIPluginDir: "/usr/lib/cni",
+		StateDir:     t.TempDir(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+func runtimeNamed(t *testing.T, b *oci.Backend, name string) runtimes.Runtime {
+	for _, rt := range b.Runtimes() {
+		if rt.Name() == name {
+			return rt
+		}
+	}
+	t.Fatalf("runtime %s not offered", name)
+	return nil
+}
+
+func TestConformanceRunc(t *testing.T) {
+	b := newBackend(t)
+	runtimetest.Run(t, runtimetest.Config{Runtime: runtimeNamed(t, b, "runc"), Image: ocienv.ImageName,
+		Entrypoint: []string{"sleep", "infinity"}})
+}
+
+func TestConformanceRunsc(t *testing.T) {
+	b := newBackend(t)
+	runtimetest.Run(t, runtimetest.Config{Runtime: runtimeNamed(t, b, "runsc"), Image: ocienv.ImageName,
+		Entrypoint: []string{"sleep", "infinity"}})
+}

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Installs what container sandboxes and their tests need on Debian 12, when
+# missing: containerd (1.6), runc, runsc (gVisor), the CNI plugins, nftables,
+# iproute2 and mmdebstrap (to build the test image). Idempotent: apt runs
+# only when a package is missing. Needs root; as another user it names what
+# is missing and exits 1.
+set -euo pipefail
+
+# package → a file that proves it is installed
+declare -A probe=(
+	[containerd]=/usr/bin/containerd
+	[runc]=/usr/sbin/runc
+	[runsc]=/usr/bin/runsc
+	[containernetworking-plugins]=/usr/lib/cni/bridge
+	[nftables]=/usr/sbin/nft
+	[iproute2]=/usr/sbin/ip
+	[mmdebstrap]=/usr/bin/mmdebstrap
+)
+need=()
+for pkg in containerd runc runsc containernetworking-plugins nftables iproute2 mmdebstrap; do
+	if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' ||
+		[ ! -e "${probe[$pkg]}" ]; then
+		need+=("$pkg")
+	fi
+done
+if [ ${#need[@]} -eq 0 ]; then
+	exit 0
+fi
+if [ "$(id -u)" != 0 ]; then
+	echo "containers/install-deps: missing ${need[*]}; run as root (apt-get install ${need[*]})" >&2
+	exit 1
+fi
+echo "containers/install-deps: apt-get install ${need[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+# --no-install-recommends: containerd would otherwise pull in docker-ish
+# extras; policy-rc.d keeps Debian's containerd.service from starting: hybox
+# runs its own containerd with its own paths.
+policy=/usr/sbin/policy-rc.d
+made_policy=0
+if [ ! -e "$policy" ]; then
+	printf '#!/bin/sh\nexit 101\n' >"$policy"
+	chmod 755 "$policy"
+	made_policy=1
+fi
+trap '[ "$made_policy" = 1 ] && rm -f "$policy"' EXIT
+apt-get install -y -qq --no-install-recommends -o DPkg::Lock::Timeout=300 "${need[@]}" >/dev/null
+for pkg in "${need[@]}"; do
+	if [ ! -e "${probe[$pkg]}" ]; then
+		echo "containers/install-deps: $pkg installed but ${probe[$pkg]} is missing" >&2
+		exit 1
+	fi
+done
