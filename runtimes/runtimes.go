@@ -33,6 +33,9 @@ type Spec struct {
 	MemoryBytes int64 // 0 = backend default
 	CPUMillis   int64 // 0 = unlimited
 	Extensions  map[string]string
+	// Volumes are host directories mounted into the sandbox; backends
+	// refuse paths outside their allow-list.
+	Volumes []Volume
 	// ImageAuth are registry credentials for pulling Image (never stored).
 	ImageAuth *RegistryAuth
 	// Dir is the sandbox's own host directory (created by the server); a
@@ -78,6 +81,29 @@ type Runtime interface {
 	// Destroy removes every trace of the sandbox. It succeeds when there is
 	// nothing left to remove.
 	Destroy(ctx context.Context, spec Spec) error
+}
+
+// Volume mounts HostPath (a host directory, or SubPath below it) at
+// MountPath inside the sandbox.
+type Volume struct {
+	Name      string `json:"name"`
+	HostPath  string `json:"hostPath"`
+	SubPath   string `json:"subPath,omitempty"`
+	MountPath string `json:"mountPath"`
+	ReadOnly  bool   `json:"readOnly,omitempty"`
+}
+
+// ExitStatus says how a sandbox ended on its own. A user program's exit is
+// data, not an error.
+type ExitStatus struct {
+	Code   int    // exit code of the sandbox's main process (137 when killed)
+	Reason string // "Exited", "OOMKilled" or "Killed"
+}
+
+// Exiter is implemented by sandboxes that can end on their own (a
+// container whose init died or was OOM-killed). The channel yields once.
+type Exiter interface {
+	Exited() <-chan ExitStatus
 }
 
 // Image is an image known to a backend.
