@@ -106,6 +106,13 @@ type Exiter interface {
 	Exited() <-chan ExitStatus
 }
 
+// Sweeper is implemented by runtimes that can find sandboxes the server
+// has no record of (a crash during create) and remove them.
+type Sweeper interface {
+	// Sweep removes every sandbox of the runtime whose id keep rejects.
+	Sweep(ctx context.Context, keep func(id string) bool) error
+}
+
 // Image is an image known to a backend.
 type Image struct {
 	Name      string    `json:"name"`

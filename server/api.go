@@ -32,8 +32,20 @@ type CreateSandboxRequest struct {
 	NetworkPolicy   json.RawMessage   `json:"networkPolicy"`
 	CredentialProxy json.RawMessage   `json:"credentialProxy"`
 	SecureAccess    *bool             `json:"secureAccess"`
-	Volumes         json.RawMessage   `json:"volumes"`
+	Volumes         []VolumeSpec      `json:"volumes"`
 	Extensions      map[string]string `json:"extensions"`
+}
+
+// VolumeSpec is one entry of CreateSandboxRequest.volumes.
+type VolumeSpec struct {
+	Name      string `json:"name"`
+	MountPath string `json:"mountPath"`
+	ReadOnly  bool   `json:"readOnly"`
+	SubPath   string `json:"subPath"`
+	Host      *struct {
+		Path string `json:"path"`
+	} `json:"host"`
+	PVC json.RawMessage `json:"pvc"`
 }
 
 // Status is a sandbox's state.

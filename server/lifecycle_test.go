@@ -77,6 +77,9 @@ func TestCreateValidation(t *testing.T) {
 		{name: "unknown wasm image", body: `{"image":{"uri":"wasm://ruby"}}`, want: 400, msg: "wasm://default"},
 		{name: "bad platform", body: `{"image":{"uri":"wasm://default"},"platform":{"os":"plan9","arch":"amd64"}}`, want: 400, msg: "platform.os"},
 		{name: "wrong type", body: `{"image":"wasm://default"}`, want: 400, msg: "invalid JSON"},
+		{name: "pvc volume", body: `{"image":{"uri":"wasm://default"},"volumes":[{"name":"v","mountPath":"/data","pvc":{"claimName":"x"}}]}`, want: 400, msg: "pvc"},
+		{name: "relative mount", body: `{"image":{"uri":"wasm://default"},"volumes":[{"name":"v","mountPath":"data","host":{"path":"/tmp"}}]}`, want: 400, msg: "mountPath"},
+		{name: "volume in wasm", body: `{"image":{"uri":"wasm://default"},"volumes":[{"name":"v","mountPath":"/data","host":{"path":"/tmp"}}]}`, want: 400, msg: "runc"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

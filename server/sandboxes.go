@@ -101,9 +101,7 @@ func (s *Server) createSandbox(c *gin.Context) {
 		s.abortErr(c, err)
 		return
 	}
-	s.mu.Lock()
-	s.live[rec.ID] = sb
-	s.mu.Unlock()
+	s.attach(rec.ID, sb)
 	c.JSON(http.StatusAccepted, rec.wire())
 }
 
@@ -135,6 +133,18 @@ func (s *Server) recordFromRequest(req *CreateSandboxRequest) (*Record, error) {
 		ID: newID(), Image: strings.TrimSpace(req.Image.URI), Entrypoint: req.Entrypoint, Env: req.Env,
 		Metadata: req.Metadata, Extensions: req.Extensions, ResourceLimits: req.ResourceLimits,
 		Platform: req.Platform, CreatedAt: now, Token: newToken(),
+	}
+	for i, v := range req.Volumes {
+		switch {
+		case v.PVC != nil && string(v.PVC) != "null":
+			return nil, &apiError{http.StatusBadRequest, codeNotSupported, fmt.Sprintf("volumes[%d]: pvc volumes are not supported; use a host volume", i)}
+		case v.Host == nil || v.Host.Path == "":
+			return nil, badRequest(fmt.Sprintf("volumes[%d]: host.path is required", i))
+		case !strings.HasPrefix(v.MountPath, "/"):
+			return nil, badRequest(fmt.Sprintf("volumes[%d]: mountPath must be an absolute path", i))
+		}
+		rec.Volumes = append(rec.Volumes, runtimes.Volume{Name: v.Name, HostPath: v.Host.Path, SubPath: v.SubPath,
+			MountPath: v.MountPath, ReadOnly: v.ReadOnly})
 	}
 	if req.Timeout != nil {
 		t := *req.Timeout

@@ -194,7 +194,8 @@ func (s *Server) sandboxDir(id string) string {
 
 func (s *Server) spec(r *Record) runtimes.Spec {
 	return runtimes.Spec{ID: r.ID, Image: r.Image, Entrypoint: r.Entrypoint, Env: r.Env,
-		MemoryBytes: r.MemoryBytes, CPUMillis: r.CPUMillis, Extensions: r.Extensions, Dir: s.sandboxDir(r.ID)}
+		MemoryBytes: r.MemoryBytes, CPUMillis: r.CPUMillis, Extensions: r.Extensions, Volumes: r.Volumes,
+		Dir: s.sandboxDir(r.ID)}
 }
 
 // recover re-attaches every stored sandbox after a restart.
@@ -204,6 +205,7 @@ func (s *Server) recover(ctx context.Context) error {
 		return err
 	}
 	s.removeOrphans(recs)
+	s.sweep(ctx, recs)
 	now := time.Now()
 	for _, r := range recs {
 		if r.ExpiresAt != nil && now.After(*r.ExpiresAt) {
@@ -234,11 +236,68 @@ func (s *Server) recover(ctx context.Context) error {
 		default:
 			s.setState(r, StateRunning, "", "")
 		}
-		s.mu.Lock()
-		s.live[r.ID] = sb
-		s.mu.Unlock()
+		s.attach(r.ID, sb)
 	}
 	return nil
+}
+
+// attach makes sb the live sandbox of id and, for sandboxes that can end
+// on their own, records how they ended.
+func (s *Server) attach(id string, sb runtimes.Sandbox) {
+	s.mu.Lock()
+	s.live[id] = sb
+	s.mu.Unlock()
+	ex, ok := sb.(runtimes.Exiter)
+	if !ok {
+		return
+	}
+	go func() {
+		st, ok := <-ex.Exited()
+		if !ok {
+			return
+		}
+		unlock := s.lock(id)
+		defer unlock()
+		s.mu.Lock()
+		cur := s.live[id]
+		if cur == sb {
+			delete(s.live, id)
+		}
+		s.mu.Unlock()
+		if cur != sb {
+			return // deleted or replaced meanwhile
+		}
+		rec, err := s.store.get(id)
+		if err != nil {
+			return
+		}
+		state := StateTerminated
+		if st.Reason == "OOMKilled" || st.Code != 0 {
+			state = StateFailed
+		}
+		s.log.Info("sandbox ended", "id", id, "code", st.Code, "reason", st.Reason)
+		s.setState(rec, state, st.Reason, fmt.Sprintf("the sandbox's main process ended with code %d", st.Code))
+	}()
+}
+
+// sweep asks every runtime that can to remove sandboxes without a record.
+func (s *Server) sweep(ctx context.Context, recs []*Record) {
+	known := map[string]bool{}
+	for _, r := range recs {
+		known[r.ID] = true
+	}
+	done := map[runtimes.Sweeper]bool{}
+	for _, name := range s.opts.Router.Names() {
+		rt, _ := s.opts.Router.Get(name)
+		sw, ok := rt.(runtimes.Sweeper)
+		if !ok || done[sw] {
+			continue
+		}
+		done[sw] = true
+		if err := sw.Sweep(ctx, func(id string) bool { return known[id] }); err != nil {
+			s.log.Warn("sweep orphaned sandboxes", "runtime", name, "err", err)
+		}
+	}
 }
 
 // removeOrphans deletes sandbox directories that have no record (a crash

@@ -24,6 +24,7 @@ type Record struct {
 	MemoryBytes      int64             `json:"memoryBytes,omitempty"`
 	CPUMillis        int64             `json:"cpuMillis,omitempty"`
 	Platform         *Platform         `json:"platform,omitempty"`
+	Volumes          []runtimes.Volume `json:"volumes,omitempty"`
 	State            string            `json:"state"`
 	Reason           string            `json:"reason,omitempty"`
 	Message          string            `json:"message,omitempty"`
