@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,8 +17,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybox-dev/hybox/execd"
+	"github.com/hybox-dev/hybox/internal/ocienv"
 	"github.com/hybox-dev/hybox/internal/testenv"
 	"github.com/hybox-dev/hybox/runtimes"
+	"github.com/hybox-dev/hybox/runtimes/oci"
 	"github.com/hybox-dev/hybox/runtimes/wasm"
 )
 
@@ -34,6 +37,8 @@ type harness struct {
 }
 
 type harnessOpts struct {
+	containers    bool   // add the runc and runsc runtimes (skips without root)
+	ingressDomain string
 	execTimeout time.Duration
 	outputLimit int64
 	limiter     *execd.Limiter
@@ -50,9 +55,26 @@ func newHarness(t *testing.T, dataDir string, ho harnessOpts) *harness {
 	rt, stop, err := wasm.Setup(ctx, wasm.SetupOptions{Engine: testenv.Engine(t), PythonPool: 2,
 		DefaultMemoryBytes: ho.memory, OutputLimitBytes: ho.outputLimit, Exec: eo})
 	require.NoError(t, err)
-	router, err := runtimes.NewRouter([]runtimes.Runtime{rt}, runtimes.BuiltinImageRules, "wasm")
+	rts := []runtimes.Runtime{rt}
+	var images runtimes.ImageStore
+	if ho.containers {
+		// Its own containerd namespace: the server sweeps sandboxes it has
+		// no record of, which must not touch other test packages' ones.
+		const ns = "hybox-test-server"
+		sock := ocienv.Containerd(t)
+		ocienv.ImageIn(t, sock, ns)
+		b, err := oci.New(ctx, oci.Options{Address: sock, Namespace: ns,
+			ExecdBinary: ocienv.ExecdBinary(t), RunscBinary: ocienv.RunscWrapper(),
+			CNIPluginDir: "/usr/lib/cni", StateDir: filepath.Join(dataDir, "oci")})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = b.Close() })
+		rts = append(rts, b.Runtimes()...)
+		images = b
+	}
+	router, err := runtimes.NewRouter(rts, runtimes.BuiltinImageRules, "wasm")
 	require.NoError(t, err)
 	srv, err := New(ctx, Options{DataDir: dataDir, APIKey: testKey, Router: router, ReapInterval: time.Hour,
+		Images: images, IngressDomain: ho.ingressDomain,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(t, err)
 	h := &harness{t: t, srv: srv, ts: httptest.NewServer(srv.Handler()), dataDir: dataDir, stop: stop}

@@ -39,11 +39,13 @@ func netConfList(bridge, subnet, stateDir string) ([]byte, error) {
 				"isGateway":   true,
 				"ipMasq":      true,
 				"hairpinMode": true,
+				// Leases live in host-local's default place, shared by every
+				// hybox on this host that uses the bridge: addresses must be
+				// unique per bridge, not per server.
 				"ipam": map[string]any{
-					"type":    "host-local",
-					"ranges":  [][]map[string]string{{{"subnet": subnet}}},
-					"routes":  []map[string]string{{"dst": "0.0.0.0/0"}},
-					"dataDir": stateDir,
+					"type":   "host-local",
+					"ranges": [][]map[string]string{{{"subnet": subnet}}},
+					"routes": []map[string]string{{"dst": "0.0.0.0/0"}},
 				},
 			},
 		},

@@ -34,8 +34,7 @@ func newSandbox(r *Runtime, spec runtimes.Spec, addr netip.Addr) *Sandbox {
 	sock := socketPath(spec)
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", sock)
+			return dialUnix(ctx, sock)
 		},
 		MaxIdleConnsPerHost: 16,
 		IdleConnTimeout:     30 * time.Second,
