@@ -37,12 +37,12 @@ type harness struct {
 }
 
 type harnessOpts struct {
-	containers    bool   // add the runc and runsc runtimes (skips without root)
+	containers    bool // add the runc and runsc runtimes (skips without root)
 	ingressDomain string
-	execTimeout time.Duration
-	outputLimit int64
-	limiter     *execd.Limiter
-	memory      int64
+	execTimeout   time.Duration
+	outputLimit   int64
+	limiter       *execd.Limiter
+	memory        int64
 }
 
 func newHarness(t *testing.T, dataDir string, ho harnessOpts) *harness {
