@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybox-dev/hybox/internal/ocienv"
 	"github.com/hybox-dev/hybox/internal/testenv"
 )
 
@@ -153,4 +154,44 @@ func TestLoadConfigPrecedence(t *testing.T) {
 		return ""
 	})
 	require.ErrorContains(t, err, "HYBOX_INSECURE")
+}
+
+// TestKill9RestartContainers: containers keep running under containerd's
+// shims when the server is killed, and a new server re-attaches them.
+func TestKill9RestartContainers(t *testing.T) {
+	const ns = "hybox-test-restart"
+	sock := ocienv.Containerd(t)
+	ocienv.ImageIn(t, sock, ns)
+	bin := buildHybox(t)
+	addr, data := freeAddr(t), t.TempDir()
+	cfg := filepath.Join(t.TempDir(), "hybox.toml")
+	require.NoError(t, os.WriteFile(cfg, []byte("[oci]\nnamespace = \""+ns+"\"\n"), 0o600))
+	flags := []string{"--config", cfg, "--containerd", sock, "--execd-binary", ocienv.ExecdBinary(t)}
+	p := startServe(t, bin, addr, data, flags...)
+	base := "http://" + addr + "/v1"
+
+	st, b := call(t, "POST", base+"/sandboxes", `{"image":{"uri":"`+ocienv.ImageName+`"},"extensions":{"hybox.io/runtime":"runc"},"entrypoint":["sleep","infinity"],"timeout":600}`)
+	require.Equal(t, 202, st, string(b)+p.log.String())
+	var sb struct{ ID string }
+	require.NoError(t, json.Unmarshal(b, &sb))
+	t.Cleanup(func() { // best effort, should the test fail before its own delete
+		req, _ := http.NewRequest("DELETE", base+"/sandboxes/"+sb.ID, nil)
+		req.Header.Set("OPEN-SANDBOX-API-KEY", "k")
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	})
+	st, b = call(t, "POST", base+"/sandboxes/"+sb.ID+"/proxy/44772/command", `{"command":"echo survived > /tmp/f.txt; sleep 1000 &"}`)
+	require.Equal(t, 200, st, string(b))
+
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGKILL))
+	_, _ = p.cmd.Process.Wait()
+
+	p2 := startServe(t, bin, addr, data, flags...)
+	st, b = call(t, "POST", base+"/sandboxes/"+sb.ID+"/proxy/44772/command", `{"command":"cat /tmp/f.txt; pgrep -c sleep"}`)
+	require.Equal(t, 200, st, string(b)+p2.log.String())
+	assert.Contains(t, string(b), `"text":"survived"`)
+	assert.Contains(t, string(b), `"text":"2"`, "the entrypoint and the background sleep still run")
+	st, _ = call(t, "DELETE", base+"/sandboxes/"+sb.ID, "")
+	assert.Equal(t, 204, st)
 }
