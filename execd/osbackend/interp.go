@@ -84,7 +84,7 @@ func (b *Backend) NewInterpreter(ctx context.Context, language, cwd string) (exe
 		return nil, fmt.Errorf("osbackend: pipe: %w", err)
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
-	pid, exitc, err := spawn(b.opts.Reaper, cmd, cmd.Start)
+	pid, exitc, err := b.spawn(cmd, cmd.Start)
 	inR.Close()
 	outW.Close()
 	errW.Close()

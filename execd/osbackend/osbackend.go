@@ -137,6 +137,9 @@ type Backend struct {
 	mu     sync.Mutex
 	live   map[closer]struct{} // sessions, interpreters, terminals
 	closed bool
+
+	leftMu    sync.Mutex
+	leftovers map[int]struct{} // process groups of finished commands still running
 }
 
 type closer interface{ Close() error }
@@ -158,7 +161,7 @@ func New(opts Options) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("osbackend: open root: %w", err)
 	}
-	return &Backend{opts: opts, root: root, live: map[closer]struct{}{}}, nil
+	return &Backend{opts: opts, root: root, live: map[closer]struct{}{}, leftovers: map[int]struct{}{}}, nil
 }
 
 // Root implements execd.Backend.

@@ -29,16 +29,11 @@ func (b *Backend) StartCommand(ctx context.Context, spec execd.ProcessSpec) (exe
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(b.opts.Shell, "-c", spec.Command)
-	cmd.Dir = dir
-	cmd.Env = b.environ(spec.Env)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	var cred *syscall.Credential
 	if spec.UID != nil || spec.GID != nil {
-		cred, err := credential(spec.UID, spec.GID)
-		if err != nil {
+		if cred, err = credential(spec.UID, spec.GID); err != nil {
 			return nil, err
 		}
-		cmd.SysProcAttr.Credential = cred
 	}
 	p := &process{b: b, stdout: orDiscard(spec.Stdout), stderr: orDiscard(spec.Stderr)}
 
@@ -48,7 +43,7 @@ func (b *Backend) StartCommand(ctx context.Context, spec execd.ProcessSpec) (exe
 	}
 	readers := []*os.File{outR}
 	writers := []*os.File{outW}
-	cmd.Stdout, cmd.Stderr = outW, outW
+	stderrW := outW
 	shared := sameWriter(p.stdout, p.stderr)
 	if !shared {
 		errR, errW, err := os.Pipe()
@@ -59,9 +54,18 @@ func (b *Backend) StartCommand(ctx context.Context, spec execd.ProcessSpec) (exe
 		}
 		readers = append(readers, errR)
 		writers = append(writers, errW)
-		cmd.Stderr = errW
+		stderrW = errW
 	}
-	pid, exitc, err := spawn(b.opts.Reaper, cmd, cmd.Start)
+	build := func() *exec.Cmd {
+		cmd := exec.Command(b.opts.Shell, "-c", spec.Command)
+		cmd.Dir = dir
+		cmd.Env = b.environ(spec.Env)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: cred}
+		cmd.Stdout, cmd.Stderr = outW, stderrW
+		return cmd
+	}
+	p.oom = b.watchOOM()
+	pid, exitc, err := b.startRetry(build)
 	for _, w := range writers {
 		w.Close()
 	}
@@ -110,6 +114,7 @@ type process struct {
 	exitc          <-chan syscall.WaitStatus
 	stdout, stderr io.Writer
 	stopKill       func() bool
+	oom            oomWatch
 
 	copies  sync.WaitGroup
 	outMu   sync.Mutex // held while writing output; detached under it
@@ -117,6 +122,7 @@ type process struct {
 	killed  atomic.Bool
 	waitOne sync.Once
 	code    int
+	err     error
 }
 
 var _ execd.Process = (*process)(nil)
@@ -146,10 +152,16 @@ func (p *process) copy(r *os.File, w io.Writer) {
 // Wait implements execd.Process. It returns once the main process exited
 // and its output was read to the end, or DrainTimeout after the exit when
 // something it left running still holds the output open.
+//
+// # Errors
+// ErrOOMKilled (with exit code 137) when the command was killed because
+// the sandbox hit its memory limit.
 func (p *process) Wait() (int, error) {
 	p.waitOne.Do(func() {
 		ws := <-p.exitc
 		p.code = exitCode(ws)
+		p.err = p.oom.check(p.b, p.code)
+		p.b.noteLeftovers(p.pgid)
 		drained := make(chan struct{})
 		go func() {
 			p.copies.Wait()
@@ -166,7 +178,7 @@ func (p *process) Wait() (int, error) {
 		p.outMu.Unlock()
 		p.stopKill()
 	})
-	return p.code, nil
+	return p.code, p.err
 }
 
 // Kill implements execd.Process: the whole process group is killed

@@ -51,7 +51,7 @@ func (b *Backend) StartPTY(ctx context.Context, spec execd.PTYSpec) (execd.PTY, 
 		cols, rows = 80, 24
 	}
 	var ptmx *os.File
-	pid, exitc, err := spawn(b.opts.Reaper, cmd, func() error {
+	pid, exitc, err := b.spawn(cmd, func() error {
 		f, err := pty.StartWithAttrs(cmd, &pty.Winsize{Cols: uint16(cols), Rows: uint16(rows)},
 			&syscall.SysProcAttr{Setsid: true, Setctty: true})
 		ptmx = f

@@ -111,7 +111,7 @@ func (b *Backend) NewSession(ctx context.Context, cwd string, env map[string]str
 	child = []*os.File{inR, outW, errW, rcW}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
 	cmd.ExtraFiles = []*os.File{rcW} // fd 3
-	pid, exitc, err := spawn(b.opts.Reaper, cmd, cmd.Start)
+	pid, exitc, err := b.spawn(cmd, cmd.Start)
 	for _, f := range child {
 		f.Close()
 	}

@@ -80,15 +80,33 @@ func (n *network) nsPath(id string) string { return filepath.Join(n.nsDir, nsNam
 // setup creates the namespace and attaches it; it returns the sandbox's
 // address on the bridge.
 func (n *network) setup(ctx context.Context, id string) (netip.Addr, error) {
+	if err := n.create(ctx, id); err != nil {
+		return netip.Addr{}, err
+	}
+	return n.attach(ctx, id)
+}
+
+// create makes the sandbox's network namespace (a container can join it
+// from then on).
+func (n *network) create(ctx context.Context, id string) error {
+	if !n.enabled {
+		return nil
+	}
+	if _, err := os.Stat(n.nsPath(id)); err != nil {
+		if out, err := exec.CommandContext(ctx, "ip", "netns", "add", nsName(id)).CombinedOutput(); err != nil {
+			return fmt.Errorf("create network namespace: %v: %s", err, strings.TrimSpace(string(out)))
+		}
+	}
+	return nil
+}
+
+// attach connects the namespace made by create to the bridge and returns
+// the sandbox's address.
+func (n *network) attach(ctx context.Context, id string) (netip.Addr, error) {
 	if !n.enabled {
 		return netip.Addr{}, nil
 	}
 	path := n.nsPath(id)
-	if _, err := os.Stat(path); err != nil {
-		if out, err := exec.CommandContext(ctx, "ip", "netns", "add", nsName(id)).CombinedOutput(); err != nil {
-			return netip.Addr{}, fmt.Errorf("create network namespace: %v: %s", err, strings.TrimSpace(string(out)))
-		}
-	}
 	res, err := n.cni.Setup(ctx, id, path)
 	if err != nil {
 		return netip.Addr{}, fmt.Errorf("attach network: %w", err)

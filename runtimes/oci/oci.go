@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -56,6 +57,9 @@ type Options struct {
 	DefaultMemoryBytes int64
 	// PidsLimit caps processes per sandbox (default 1024).
 	PidsLimit int64
+	// AllowedHostPaths are the host directories under which volumes may
+	// be mounted (after symlinks are resolved); none = no volumes.
+	AllowedHostPaths []string
 	// Logger; nil = slog.Default().
 	Logger *slog.Logger
 }
@@ -100,6 +104,9 @@ type Backend struct {
 	opts   Options
 	client *containerd.Client
 	net    *network
+
+	mu   sync.Mutex
+	live map[string]*Sandbox // by id: sandboxes whose exit is watched
 }
 
 // New connects to containerd.
@@ -123,7 +130,7 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 		_ = c.Close()
 		return nil, err
 	}
-	return &Backend{opts: opts, client: c, net: n}, nil
+	return &Backend{opts: opts, client: c, net: n, live: map[string]*Sandbox{}}, nil
 }
 
 // Close closes the containerd connection; containers keep running.
@@ -158,12 +165,17 @@ var _ runtimes.Runtime = (*Runtime)(nil)
 // Name is "runc" or "runsc".
 func (r *Runtime) Name() string { return r.name }
 
-// Validate refuses images that are not usable as OCI references.
+// Validate refuses images that are not usable as OCI references and
+// volumes outside the allowed host paths.
+//
+// # Errors
+// runtimes.ErrInvalid with a message for the user.
 func (r *Runtime) Validate(spec runtimes.Spec) error {
 	if strings.HasPrefix(spec.Image, "wasm://") {
 		return fmt.Errorf("%w: %s is a wasm image; use the wasm runtime", runtimes.ErrInvalid, spec.Image)
 	}
-	return nil
+	_, err := r.b.volumeMounts(spec.Volumes)
+	return err
 }
 
 // Paths inside the container.
@@ -184,6 +196,10 @@ func addrPath(spec runtimes.Spec) string   { return filepath.Join(spec.Dir, "add
 // failure everything created so far is removed.
 func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (_ runtimes.Sandbox, retErr error) {
 	ctx = r.b.ctx(ctx)
+	volumes, err := r.b.volumeMounts(spec.Volumes)
+	if err != nil {
+		return nil, err
+	}
 	img, err := r.b.client.GetImage(ctx, spec.Image)
 	if errdefs.IsNotFound(err) {
 		if _, perr := r.b.Pull(ctx, spec.Image, spec.ImageAuth); perr != nil {
@@ -201,24 +217,49 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (_ runtimes.Sa
 			}
 		}
 	}()
+	if err := r.b.mark(spec.ID); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(runDir(spec), 0o755); err != nil {
 		return nil, fmt.Errorf("sandbox directory: %w", err)
 	}
-	addr, err := r.b.net.setup(ctx, spec.ID)
-	if err != nil {
+	begin := time.Now()
+	stages := make([]any, 0, 12)
+	stage := func(name string) {
+		stages = append(stages, name, time.Since(begin).Round(time.Millisecond))
+	}
+	defer func() {
+		if retErr == nil {
+			r.b.opts.Logger.Debug("sandbox created", append([]any{"id", spec.ID, "runtime", r.name}, stages...)...)
+		}
+	}()
+	if err := r.b.net.create(ctx, spec.ID); err != nil {
 		return nil, err
 	}
-	if addr.IsValid() {
-		if err := os.WriteFile(addrPath(spec), []byte(addr.String()), 0o644); err != nil {
-			return nil, err
-		}
+	// Attaching the network (CNI) runs while the container starts; it is
+	// joined before Create returns, and before any cleanup.
+	type attached struct {
+		addr netip.Addr
+		err  error
 	}
+	netc := make(chan attached, 1)
+	go func() {
+		a, err := r.b.net.attach(ctx, spec.ID)
+		netc <- attached{a, err}
+	}()
+	waitNet := sync.OnceValue(func() attached { return <-netc })
+	defer func() {
+		if retErr != nil {
+			waitNet()
+		}
+	}()
+	stage("netns")
 	if unpacked, err := img.IsUnpacked(ctx, "overlayfs"); err == nil && !unpacked {
 		if err := img.Unpack(ctx, "overlayfs"); err != nil {
 			return nil, fmt.Errorf("unpack %s: %w", spec.Image, err)
 		}
 	}
-	specOpts, err := r.specOpts(spec, img)
+	specOpts, err := r.specOpts(spec, img, volumes)
 	if err != nil {
 		return nil, err
 	}
@@ -241,24 +282,47 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (_ runtimes.Sa
 	if err != nil {
 		return nil, fmt.Errorf("create container: %w", err)
 	}
+	stage("container")
 	task, err := c.NewTask(ctx, cio.LogFile(logPath(spec)))
 	if err != nil {
 		return nil, fmt.Errorf("create task (%s): %w", r.name, err)
 	}
-	if err := task.Start(ctx); err != nil {
-		return nil, fmt.Errorf("start task (%s): %w", r.name, err)
-	}
-	sb := newSandbox(r, spec, addr)
-	if err := sb.waitReady(ctx, r.b.opts.ReadyTimeout); err != nil {
+	stage("task")
+	sb := newSandbox(r, spec, netip.Addr{})
+	// Wait before Start, so that even an exit at once is seen.
+	if err := sb.watch(task); err != nil {
 		return nil, err
 	}
+	if err := task.Start(ctx); err != nil {
+		sb.unwatch()
+		return nil, fmt.Errorf("start task (%s): %w", r.name, err)
+	}
+	stage("start")
+	if err := sb.waitReady(ctx, r.b.opts.ReadyTimeout); err != nil {
+		sb.unwatch()
+		return nil, err
+	}
+	stage("ready")
+	net := waitNet()
+	if net.err != nil {
+		sb.unwatch()
+		return nil, net.err
+	}
+	if net.addr.IsValid() {
+		if err := os.WriteFile(addrPath(spec), []byte(net.addr.String()), 0o644); err != nil {
+			sb.unwatch()
+			return nil, err
+		}
+	}
+	sb.addr = net.addr
+	stage("network")
 	return sb, nil
 }
 
 // specOpts builds the container's OCI spec: hybox-execd as PID 1 starting
 // the user's entrypoint, the execd mounts, the sandbox's network
 // namespace, limits and a reduced privilege set.
-func (r *Runtime) specOpts(spec runtimes.Spec, img containerd.Image) ([]oci.SpecOpts, error) {
+func (r *Runtime) specOpts(spec runtimes.Spec, img containerd.Image, volumes []specs.Mount) ([]oci.SpecOpts, error) {
 	args := []string{execdInBox, "--listen-unix", execdSocketBox, "--listen-tcp", "0.0.0.0:44772", "--root", "/", "--"}
 	args = append(args, spec.Entrypoint...)
 	env := make([]string, 0, len(spec.Env))
@@ -277,8 +341,14 @@ func (r *Runtime) specOpts(spec runtimes.Spec, img containerd.Image) ([]oci.Spec
 		oci.WithMounts([]specs.Mount{
 			{Destination: execdInBox, Type: "bind", Source: r.b.opts.ExecdBinary, Options: []string{"rbind", "ro", "nosuid", "nodev"}},
 			{Destination: runMountDir, Type: "bind", Source: runDir(spec), Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}},
+			// The sandbox's own cgroup, read-only: execd reads its
+			// metrics, limits and OOM counters there.
+			{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}},
 		}),
+		oci.WithMounts(volumes),
+		oci.WithCgroup(cgroupPath(r.b.opts.Namespace, spec.ID)),
 		oci.WithMemoryLimit(uint64(mem)),
+		oci.WithMemorySwap(mem), // memory+swap = memory: no swap
 		oci.WithPidsLimit(r.b.opts.PidsLimit),
 		oci.WithNoNewPrivileges,
 		oci.WithCapabilities(defaultCaps),
@@ -323,11 +393,15 @@ func (r *Runtime) Restore(ctx context.Context, spec runtimes.Spec) (runtimes.San
 		addr, _ = netip.ParseAddr(strings.TrimSpace(string(b)))
 	}
 	sb := newSandbox(r, spec, addr)
+	if err := sb.watch(task); err != nil {
+		return nil, err
+	}
 	if st.Status == containerd.Paused {
 		sb.setPaused(true)
 		return sb, nil
 	}
 	if err := sb.waitReady(ctx, r.b.opts.ReadyTimeout); err != nil {
+		sb.unwatch()
 		return nil, err
 	}
 	return sb, nil
@@ -337,8 +411,22 @@ func (r *Runtime) Restore(ctx context.Context, spec runtimes.Spec) (runtimes.San
 // network namespace and its host directory contents.
 func (r *Runtime) Destroy(ctx context.Context, spec runtimes.Spec) error {
 	ctx = r.b.ctx(ctx)
+	// An exit caused by Destroy is not the sandbox ending on its own.
+	r.b.unwatch(spec.ID)
+	err := r.b.remove(ctx, spec.ID)
+	if err == nil {
+		err = r.b.unmark(spec.ID)
+	}
+	if spec.Dir != "" {
+		err = errors.Join(err, os.RemoveAll(runDir(spec)))
+	}
+	return err
+}
+
+// remove deletes the task, the container, its snapshot and its network.
+func (b *Backend) remove(ctx context.Context, id string) error {
 	var errs []error
-	c, err := r.b.client.LoadContainer(ctx, spec.ID)
+	c, err := b.client.LoadContainer(ctx, id)
 	switch {
 	case err == nil:
 		if task, err := c.Task(ctx, nil); err == nil {
@@ -370,13 +458,10 @@ func (r *Runtime) Destroy(ctx context.Context, spec runtimes.Spec) error {
 		errs = append(errs, err)
 	}
 	// A snapshot may outlive a container whose creation failed half way.
-	if err := r.b.client.SnapshotService("overlayfs").Remove(ctx, spec.ID); err != nil && !errdefs.IsNotFound(err) {
+	if err := b.client.SnapshotService(snapshotter).Remove(ctx, id); err != nil && !errdefs.IsNotFound(err) {
 		errs = append(errs, fmt.Errorf("remove snapshot: %w", err))
 	}
-	if err := r.b.net.teardown(ctx, spec.ID); err != nil {
-		errs = append(errs, err)
-	}
-	if err := os.RemoveAll(runDir(spec)); err != nil {
+	if err := b.net.teardown(ctx, id); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

@@ -21,7 +21,7 @@ var (
 )
 
 // buildExecd builds the static hybox-execd once per test binary.
-func buildExecd(t *testing.T) string {
+func buildExecd(t testing.TB) string {
 	t.Helper()
 	execdOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "hybox-execd-")
@@ -45,18 +45,22 @@ func buildExecd(t *testing.T) string {
 
 // newBackend connects to the test containerd (skipping, with the reason,
 // where there is none and HYBOX_REQUIRE_CONTAINERS is unset).
-func newBackend(t *testing.T) *oci.Backend {
+func newBackend(t testing.TB, edit ...func(*oci.Options)) *oci.Backend {
 	t.Helper()
 	sock := ocienv.Containerd(t)
 	ocienv.Image(t, sock)
-	b, err := oci.New(context.Background(), oci.Options{
+	opts := oci.Options{
 		Address:      sock,
 		Namespace:    ocienv.Namespace,
 		ExecdBinary:  buildExecd(t),
 		RunscBinary:  ocienv.RunscWrapper(),
 		CNIPluginDir: "/usr/lib/cni",
 		StateDir:     t.TempDir(),
-	})
+	}
+	for _, e := range edit {
+		e(&opts)
+	}
+	b, err := oci.New(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +68,7 @@ func newBackend(t *testing.T) *oci.Backend {
 	return b
 }
 
-func runtimeNamed(t *testing.T, b *oci.Backend, name string) runtimes.Runtime {
+func runtimeNamed(t testing.TB, b *oci.Backend, name string) runtimes.Runtime {
 	for _, rt := range b.Runtimes() {
 		if rt.Name() == name {
 			return rt

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	containerd "github.com/containerd/containerd/v2/client"
+
 	"github.com/hybox-dev/hybox/runtimes"
 )
 
@@ -26,9 +28,15 @@ type Sandbox struct {
 
 	mu     sync.Mutex
 	paused bool
+
+	exited    chan runtimes.ExitStatus // buffered 1
+	stopWatch context.CancelFunc
 }
 
-var _ runtimes.Sandbox = (*Sandbox)(nil)
+var (
+	_ runtimes.Sandbox = (*Sandbox)(nil)
+	_ runtimes.Exiter  = (*Sandbox)(nil)
+)
 
 func newSandbox(r *Runtime, spec runtimes.Spec, addr netip.Addr) *Sandbox {
 	sock := socketPath(spec)
@@ -53,7 +61,65 @@ func newSandbox(r *Runtime, spec runtimes.Spec, addr netip.Addr) *Sandbox {
 			_, _ = io.WriteString(w, `{"code":"SANDBOX_UNREACHABLE","message":"the sandbox's execd does not answer; the sandbox may have stopped"}`)
 		},
 	}
-	return &Sandbox{r: r, spec: spec, addr: addr, execd: rp, client: &http.Client{Transport: tr, Timeout: 2 * time.Second}}
+	return &Sandbox{r: r, spec: spec, addr: addr, execd: rp, client: &http.Client{Transport: tr, Timeout: 2 * time.Second},
+		exited: make(chan runtimes.ExitStatus, 1), stopWatch: func() {}}
+}
+
+// Exited implements runtimes.Exiter: it yields once when the container's
+// init (hybox-execd) ends on its own: {137, "OOMKilled"} when the kernel
+// killed it for the sandbox's memory limit, {137, "Killed"} for another
+// SIGKILL, {code, "Exited"} otherwise. Nothing is sent after Close or
+// Destroy.
+func (s *Sandbox) Exited() <-chan runtimes.ExitStatus { return s.exited }
+
+// watch starts waiting for task's exit; it replaces any other watched
+// sandbox of the same id.
+func (s *Sandbox) watch(task containerd.Task) error {
+	ctx, cancel := context.WithCancel(s.r.b.ctx(context.Background()))
+	statusC, err := task.Wait(ctx)
+	if err != nil {
+		cancel()
+		return fmt.Errorf("wait for task %s: %w", s.spec.ID, err)
+	}
+	s.mu.Lock()
+	s.stopWatch = cancel
+	s.mu.Unlock()
+	s.r.b.mu.Lock()
+	if old := s.r.b.live[s.spec.ID]; old != nil && old != s {
+		old.unwatchLocked()
+	}
+	s.r.b.live[s.spec.ID] = s
+	s.r.b.mu.Unlock()
+	go func() {
+		select {
+		case st := <-statusC:
+			if ctx.Err() != nil {
+				return
+			}
+			es := s.r.b.exitStatus(s.spec.ID, st)
+			s.r.b.opts.Logger.Info("sandbox ended on its own", "id", s.spec.ID, "code", es.Code, "reason", es.Reason)
+			s.exited <- es
+		case <-ctx.Done():
+		}
+	}()
+	return nil
+}
+
+// unwatch stops watching: what happens to the container from now on is
+// not reported.
+func (s *Sandbox) unwatch() {
+	s.r.b.mu.Lock()
+	defer s.r.b.mu.Unlock()
+	s.unwatchLocked()
+}
+
+func (s *Sandbox) unwatchLocked() {
+	if s.r.b.live[s.spec.ID] == s {
+		delete(s.r.b.live, s.spec.ID)
+	}
+	s.mu.Lock()
+	s.stopWatch()
+	s.mu.Unlock()
 }
 
 // waitReady polls execd's /ping over the socket until it answers.
@@ -100,6 +166,10 @@ func (s *Sandbox) Execd() http.Handler {
 			_, _ = io.WriteString(w, `{"code":"SANDBOX_PAUSED","message":"the sandbox is paused; resume it first"}`)
 			return
 		}
+		// Without full duplex, net/http discards the rest of the request
+		// body when the response starts, racing the proxy's transport,
+		// which then closes the upstream mid-stream.
+		_ = http.NewResponseController(w).EnableFullDuplex()
 		s.execd.ServeHTTP(w, r)
 	})
 }
@@ -151,8 +221,10 @@ func (s *Sandbox) Resume(ctx context.Context) error {
 	return nil
 }
 
-// Close drops idle connections; the container keeps running.
+// Close stops watching the container and drops idle connections; the
+// container keeps running.
 func (s *Sandbox) Close(ctx context.Context) error {
+	s.unwatch()
 	s.client.CloseIdleConnections()
 	return nil
 }
