@@ -97,6 +97,9 @@ func proxy(w http.ResponseWriter, r *http.Request, t Target, path string, log *s
 			WriteError(w, ErrUnreachable)
 		},
 	}
+	// Full duplex: see runtimes/oci's execd proxy; otherwise net/http may
+	// discard the request body while the transport still reads it.
+	_ = http.NewResponseController(w).EnableFullDuplex()
 	rp.ServeHTTP(w, r)
 }
 

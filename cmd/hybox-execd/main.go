@@ -45,6 +45,7 @@ func main() {
 type config struct {
 	listenUnix string
 	listenTCP  string
+	listenCI   string
 	root       string
 	tokenFile  string
 	subreaper  bool
@@ -59,6 +60,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.listenUnix, "listen-unix", "/run/hybox/execd.sock", "unix socket to serve on (\"\" disables)")
 	fs.StringVar(&c.listenTCP, "listen-tcp", "0.0.0.0:44772", "TCP address to serve on (\"\" disables)")
+	fs.StringVar(&c.listenCI, "listen-interpreter", "127.0.0.1:44771", "TCP address that answers the OpenSandbox code-interpreter readiness probe (the Jupyter port); \"\" disables")
 	fs.StringVar(&c.root, "root", "/", "root of the files API and of guest paths")
 	fs.StringVar(&c.tokenFile, "access-token-file", "", "file holding the X-EXECD-ACCESS-TOKEN every request must carry")
 	fs.BoolVar(&c.subreaper, "subreaper", false, "reap orphans as a child subreaper even when not PID 1")
@@ -164,6 +166,16 @@ func serve(cfg config, log *slog.Logger) error {
 			return fmt.Errorf("listen on %s: %w", cfg.listenTCP, err)
 		}
 		listeners = append(listeners, l)
+	}
+	// The official code-interpreter SDK checks that something accepts
+	// connections on the Jupyter port before it runs code; here the
+	// interpreters are served by execd itself, so execd answers there too.
+	if cfg.listenCI != "" {
+		if l, err := net.Listen("tcp", cfg.listenCI); err != nil {
+			log.Warn("interpreter readiness port unavailable", "addr", cfg.listenCI, "err", err)
+		} else {
+			listeners = append(listeners, l)
+		}
 	}
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	var served sync.WaitGroup

@@ -43,6 +43,9 @@ type ociConfig struct {
 	CNIPluginDir  string `toml:"cni_plugin_dir"`
 	Subnet        string `toml:"subnet"`
 	DefaultMemory string `toml:"default_memory"`
+	// AllowedHostPaths are the host directories (and what is below them)
+	// that sandboxes may mount as volumes.
+	AllowedHostPaths []string `toml:"allowed_host_paths"`
 }
 
 type wasmConfig struct {

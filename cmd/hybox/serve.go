@@ -221,5 +221,6 @@ func startOCI(ctx context.Context, cfg *config, log *slog.Logger) (*oci.Backend,
 		RuncBinary: cfg.OCI.RuncBinary, RunscBinary: cfg.OCI.RunscBinary,
 		CNIPluginDir: cfg.OCI.CNIPluginDir, Subnet: cfg.OCI.Subnet,
 		StateDir: filepath.Join(cfg.DataDir, "oci"), DefaultMemoryBytes: mem, Logger: log,
+		AllowedHostPaths: cfg.OCI.AllowedHostPaths,
 	})
 }
