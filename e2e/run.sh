@@ -4,6 +4,10 @@
 #
 # Usage: HYBOX_E2E_URL=http://127.0.0.1:18080 OPEN_SANDBOX_API_KEY=... e2e/run.sh [all|js|python]
 #
+# The kind of sandbox under test: HYBOX_E2E_IMAGE (default wasm://default) and
+# HYBOX_E2E_RUNTIME (empty = none; else sent as extensions["hybox.io/runtime"]),
+# e.g. HYBOX_E2E_IMAGE=localhost/hybox/python:3-bookworm HYBOX_E2E_RUNTIME=runsc.
+#
 # Installs dependencies idempotently (npm ci into e2e/js/node_modules, a venv at
 # e2e/python/.venv), then runs the selected suites. Exits non-zero if any suite fails
 # or if the server does not answer GET /health.
@@ -14,7 +18,9 @@ which_suites="${1:-all}"
 
 : "${HYBOX_E2E_URL:?set HYBOX_E2E_URL, e.g. http://127.0.0.1:18080}"
 : "${OPEN_SANDBOX_API_KEY:?set OPEN_SANDBOX_API_KEY}"
-export HYBOX_E2E_URL OPEN_SANDBOX_API_KEY
+: "${HYBOX_E2E_IMAGE:=wasm://default}"
+: "${HYBOX_E2E_RUNTIME:=}"
+export HYBOX_E2E_URL OPEN_SANDBOX_API_KEY HYBOX_E2E_IMAGE HYBOX_E2E_RUNTIME
 
 log() { printf '[e2e] %s\n' "$*" >&2; }
 
@@ -86,7 +92,8 @@ run_js() {
 
 run_python() {
   log "Python suite (opensandbox + opensandbox-code-interpreter)"
-  (cd "$here/python" && .venv/bin/python -m pytest -q -p no:cacheprovider test_sdk.py)
+  # -rs: print the reason of every skipped test
+  (cd "$here/python" && .venv/bin/python -m pytest -q -rs -p no:cacheprovider test_sdk.py)
 }
 
 case "$which_suites" in
@@ -97,6 +104,7 @@ esac
 [ "$which_suites" != python ] && install_js
 [ "$which_suites" != js ] && install_python
 check_server
+log "sandboxes under test: image $HYBOX_E2E_IMAGE${HYBOX_E2E_RUNTIME:+, runtime $HYBOX_E2E_RUNTIME}"
 
 failed=()
 if [ "$which_suites" != python ]; then run_js || failed+=(js); fi

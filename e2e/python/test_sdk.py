@@ -4,6 +4,11 @@ opensandbox-code-interpreter, used unchanged) drive a running hybox server.
 Env:
     HYBOX_E2E_URL         lifecycle server base, e.g. http://127.0.0.1:18080 (no /v1)
     OPEN_SANDBOX_API_KEY  API key the server accepts
+    HYBOX_E2E_IMAGE       image of the sandboxes under test (default wasm://default)
+    HYBOX_E2E_RUNTIME     when set, sent as extensions["hybox.io/runtime"] (runc, runsc, ...)
+
+The same tests run against wasm and container sandboxes; only what is
+wasm-specific differs (sys.platform, the code-interpreter image routing).
 
 Tests run in file order and share two sandboxes (module fixtures); the kill test
 runs last.
@@ -22,13 +27,20 @@ from code_interpreter import CodeInterpreterSync
 from code_interpreter.models.code_sync import SupportedLanguageSync
 from opensandbox import SandboxManagerSync, SandboxSync
 from opensandbox.config.connection_sync import ConnectionConfigSync
-from opensandbox.exceptions import SandboxApiException
+from code_interpreter.sync.code_interpreter import RUNTIME_PROCESS_CHECK_COMMAND
+from opensandbox.exceptions import SandboxApiException, SandboxReadyTimeoutException
 from opensandbox.models.execd import RunCommandOpts
 from opensandbox.models.filesystem import DirectoryListEntry, SearchEntry, WriteEntry
 from opensandbox.models.sandboxes import SandboxFilter
 
 BASE_URL = os.environ.get("HYBOX_E2E_URL", "").rstrip("/")
 API_KEY = os.environ.get("OPEN_SANDBOX_API_KEY", "")
+IMAGE = os.environ.get("HYBOX_E2E_IMAGE") or "wasm://default"
+RUNTIME = os.environ.get("HYBOX_E2E_RUNTIME", "").strip()
+WASM = RUNTIME.lower() == "wasm" if RUNTIME else IMAGE.startswith("wasm://")
+PLATFORM = "wasi" if WASM else "linux"
+PASS = f"{IMAGE} on {RUNTIME}" if RUNTIME else IMAGE
+EXTENSIONS = {"hybox.io/runtime": RUNTIME} if RUNTIME else None
 RUN_ID = str(uuid.uuid4())
 WORK_DIR = f"/tmp/hybox-e2e-py-{RUN_ID[:8]}"
 UUID_V4 = re.compile(
@@ -45,12 +57,44 @@ def connection(api_key: str = API_KEY) -> ConnectionConfigSync:
     )
 
 
+def run(codes, code: str, **kwargs):
+    """codes.run that also checks the stream was not cut short: a finished
+    run ends with execution_complete or an error event."""
+    ex = codes.run(code, **kwargs)
+    assert ex.complete is not None or ex.error is not None, (
+        f"the stream of {code!r} ended without execution_complete or error "
+        f"(truncated?): results={result_texts(ex)} logs={ex.logs}"
+    )
+    return ex
+
+
+def command(sandbox, cmd: str):
+    """A foreground sandbox.commands.run with the same completeness check."""
+    ex = sandbox.commands.run(cmd)
+    assert ex.complete is not None or ex.error is not None, (
+        f"the stream of {cmd!r} ended without execution_complete or error "
+        f"(truncated?): logs={ex.logs}"
+    )
+    return ex
+
+
 def result_texts(execution) -> list[str | None]:
     return [r.text for r in execution.result]
 
 
 def stdout_text(execution) -> str:
     return "".join(m.text for m in execution.logs.stdout)
+
+
+def create_sandbox(role: str) -> SandboxSync:
+    """A sandbox of the kind under test (image and runtime from the env)."""
+    return SandboxSync.create(
+        IMAGE,
+        connection_config=connection(),
+        extensions=EXTENSIONS,
+        metadata={"suite": "hybox-e2e-py", "run": RUN_ID, "role": role},
+        timeout=timedelta(minutes=5),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -62,12 +106,7 @@ def manager():
 
 @pytest.fixture(scope="module")
 def sandbox():
-    sbx = SandboxSync.create(
-        "wasm://default",
-        connection_config=connection(),
-        metadata={"suite": "hybox-e2e-py", "run": RUN_ID, "role": "default"},
-        timeout=timedelta(minutes=5),
-    )
+    sbx = create_sandbox("default")
     yield sbx
     try:
         sbx.kill()
@@ -86,14 +125,20 @@ def interpreter(sandbox):
 
 
 @pytest.fixture(scope="module")
-def ci_sandbox():
-    sbx = SandboxSync.create(
-        "opensandbox/code-interpreter:latest",
-        connection_config=connection(),
-        entrypoint=["/opt/code-interpreter/code-interpreter.sh"],
-        metadata={"suite": "hybox-e2e-py", "run": RUN_ID, "role": "code-interpreter"},
-        timeout=timedelta(minutes=5),
-    )
+def second_sandbox():
+    """The second sandbox of the list and kill tests: on wasm the
+    code-interpreter image (whose routing to wasm is tested), elsewhere one
+    more sandbox of the kind under test."""
+    if WASM:
+        sbx = SandboxSync.create(
+            "opensandbox/code-interpreter:latest",
+            connection_config=connection(),
+            entrypoint=["/opt/code-interpreter/code-interpreter.sh"],
+            metadata={"suite": "hybox-e2e-py", "run": RUN_ID, "role": "code-interpreter"},
+            timeout=timedelta(minutes=5),
+        )
+    else:
+        sbx = create_sandbox("second")
     yield sbx
     try:
         sbx.kill()
@@ -107,7 +152,9 @@ def test_create_and_get(sandbox):
     info = sandbox.get_info()
     assert info.id == sandbox.id
     assert info.status.state == "Running"
-    assert info.image is not None and info.image.image == "wasm://default"
+    assert info.image is not None and info.image.image == IMAGE
+    if RUNTIME:
+        assert (info.extensions or {}).get("hybox.io/runtime") == RUNTIME
     assert info.entrypoint == ["tail", "-f", "/dev/null"]
     assert info.metadata["run"] == RUN_ID
     assert info.metadata["suite"] == "hybox-e2e-py"
@@ -135,13 +182,13 @@ def test_patch_metadata(sandbox):
 
 
 def test_command_stdout_and_exit_code(sandbox):
-    ex = sandbox.commands.run("echo hi; echo there; exit 3")
+    ex = command(sandbox, "echo hi; echo there; exit 3")
     assert [m.text for m in ex.logs.stdout] == ["hi", "there"]
     assert ex.exit_code == 3
     assert ex.error is not None and ex.error.value == "3"
     assert ex.id
 
-    ok = sandbox.commands.run("echo fine")
+    ok = command(sandbox, "echo fine")
     assert ok.exit_code == 0
     assert ok.error is None
     assert ok.complete is not None
@@ -177,10 +224,10 @@ def test_python_state_expression_and_exception(interpreter):
     assert ctx.id
     assert ctx.language == "python"
 
-    first = codes.run("x = 41\nprint('set x')", context=ctx)
+    first = run(codes, "x = 41\nprint('set x')", context=ctx)
     assert first.error is None
     assert stdout_text(first).strip() == "set x"
-    second = codes.run("x + 1", context=ctx)
+    second = run(codes, "x + 1", context=ctx)
     assert second.error is None
     assert result_texts(second) == ["42"]
     assert second.complete is not None
@@ -188,20 +235,20 @@ def test_python_state_expression_and_exception(interpreter):
     if first.execution_count is not None or second.execution_count is not None:
         assert second.execution_count > first.execution_count
 
-    expr = codes.run("a = 6\nb = 7\na * b", context=ctx)
+    expr = run(codes, "a = 6\nb = 7\na * b", context=ctx)
     assert result_texts(expr) == ["42"]
 
-    boom = codes.run("1 / 0", context=ctx)
+    boom = run(codes, "1 / 0", context=ctx)
     assert boom.error is not None
     assert boom.error.name == "ZeroDivisionError"
     assert "division by zero" in boom.error.value
     assert boom.complete is None
 
-    still = codes.run("x", context=ctx)
+    still = run(codes, "x", context=ctx)
     assert result_texts(still) == ["41"]
 
-    platform = codes.run("import sys\nsys.platform", context=ctx)
-    assert result_texts(platform) == ["'wasi'"]
+    platform = run(codes, "import sys\nsys.platform", context=ctx)
+    assert result_texts(platform) == [repr(PLATFORM)]
 
     contexts = codes.list_contexts(SupportedLanguageSync.PYTHON)
     assert ctx.id in [c.id for c in contexts]
@@ -210,9 +257,9 @@ def test_python_state_expression_and_exception(interpreter):
 
 
 def test_python_default_context(interpreter):
-    one = interpreter.codes.run("dflt = 'kept'")
+    one = run(interpreter.codes, "dflt = 'kept'")
     assert one.error is None
-    two = interpreter.codes.run("dflt")
+    two = run(interpreter.codes, "dflt")
     assert result_texts(two) == ["'kept'"]
 
 
@@ -220,14 +267,14 @@ def test_javascript_state(interpreter):
     codes = interpreter.codes
     ctx = codes.create_context(SupportedLanguageSync.JAVASCRIPT)
     assert ctx.language == "javascript"
-    first = codes.run("var y = 41;", context=ctx)
+    first = run(codes, "var y = 41;", context=ctx)
     assert first.error is None
-    second = codes.run("y + 1", context=ctx)
+    second = run(codes, "y + 1", context=ctx)
     assert second.error is None
     assert result_texts(second) == ["42"]
-    log = codes.run("console.log('from js')", context=ctx)
+    log = run(codes, "console.log('from js')", context=ctx)
     assert stdout_text(log).strip() == "from js"
-    boom = codes.run("throw new TypeError('boom')", context=ctx)
+    boom = run(codes, "throw new TypeError('boom')", context=ctx)
     assert boom.error is not None
     assert boom.error.name == "TypeError"
     assert "boom" in boom.error.value
@@ -256,9 +303,9 @@ def test_files(sandbox, interpreter):
     listed = sandbox.files.list_directory(DirectoryListEntry(path=WORK_DIR))
     assert sorted(f.path for f in listed) == [f"{WORK_DIR}/hello.txt", f"{WORK_DIR}/other.md"]
 
-    cat = sandbox.commands.run(f"cat {path}")
+    cat = command(sandbox, f"cat {path}")
     assert [m.text for m in cat.logs.stdout] == ["hello hybox"]
-    py = interpreter.codes.run(f"open({path!r}).read()")
+    py = run(interpreter.codes, f"open({path!r}).read()")
     assert result_texts(py) == ["'hello hybox\\n'"]
 
     sandbox.files.delete_files([path])
@@ -276,17 +323,32 @@ def test_code_interpreter_strict_health_check(sandbox):
     # The default create runs the SDK's readiness probe: GET /ping plus a command
     # that checks the interpreter runtime is serving. It must pass, not time out.
     t0 = time.monotonic()
-    ci = CodeInterpreterSync.create(sandbox, ready_timeout=timedelta(seconds=20))
+    try:
+        ci = CodeInterpreterSync.create(sandbox, ready_timeout=timedelta(seconds=20))
+    except SandboxReadyTimeoutException as err:
+        # Say what the probe itself answers, not just that it timed out.
+        probe = sandbox.commands.run(RUNTIME_PROCESS_CHECK_COMMAND)
+        pytest.fail(
+            f"strict health check timed out ({err}); its probe "
+            f"{RUNTIME_PROCESS_CHECK_COMMAND!r} gives exit code {probe.exit_code}, "
+            f"stdout {[m.text for m in probe.logs.stdout]}, "
+            f"stderr {[m.text for m in probe.logs.stderr]}"
+        )
     try:
         assert time.monotonic() - t0 < 20
         assert ci.is_healthy()
-        run = ci.codes.run("40 + 2")
-        assert result_texts(run) == ["42"]
+        r = run(ci.codes, "40 + 2")
+        assert result_texts(r) == ["42"]
     finally:
         ci.close()
 
 
-def test_code_interpreter_image_routes_to_wasm(ci_sandbox):
+@pytest.mark.skipif(
+    not WASM,
+    reason=f"wasm-only: this pass runs {PASS}; the code-interpreter image routing is covered by the wasm pass",
+)
+def test_code_interpreter_image_routes_to_wasm(second_sandbox):
+    ci_sandbox = second_sandbox
     info = ci_sandbox.get_info()
     assert info.status.state == "Running"
     assert info.image is not None
@@ -294,16 +356,16 @@ def test_code_interpreter_image_routes_to_wasm(ci_sandbox):
     ci = CodeInterpreterSync.create(ci_sandbox, skip_health_check=True)
     try:
         ctx = ci.codes.create_context(SupportedLanguageSync.PYTHON)
-        ci.codes.run("x = 41", context=ctx)
-        r = ci.codes.run("import sys\n(x + 1, sys.platform)", context=ctx)
+        run(ci.codes, "x = 41", context=ctx)
+        r = run(ci.codes, "import sys\n(x + 1, sys.platform)", context=ctx)
         assert result_texts(r) == ["(42, 'wasi')"]
     finally:
         ci.close()
 
 
-def test_list_by_metadata_and_state(manager, sandbox, ci_sandbox):
+def test_list_by_metadata_and_state(manager, sandbox, second_sandbox):
     mine = manager.list_sandbox_infos(SandboxFilter(metadata={"run": RUN_ID}))
-    assert sorted(s.id for s in mine.sandbox_infos) == sorted([sandbox.id, ci_sandbox.id])
+    assert sorted(s.id for s in mine.sandbox_infos) == sorted([sandbox.id, second_sandbox.id])
     assert mine.pagination.total_items == 2
     assert mine.pagination.page == 1
     assert mine.pagination.has_next_page is False
@@ -347,10 +409,10 @@ def test_wrong_api_key_is_401():
         bad.close()
 
 
-def test_kill(manager, sandbox, ci_sandbox):
-    ci_sandbox.kill()
+def test_kill(manager, sandbox, second_sandbox):
+    second_sandbox.kill()
     try:
-        info = manager.get_sandbox_info(ci_sandbox.id)
+        info = manager.get_sandbox_info(second_sandbox.id)
         assert info.status.state == "Terminated"
     except SandboxApiException as err:
         assert err.status_code == 404, err
