@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -40,17 +41,36 @@ func freeAddr(t *testing.T) string {
 
 type proc struct {
 	cmd *exec.Cmd
-	log *bytes.Buffer
+	log *lockedBuffer
+}
+
+// lockedBuffer is a bytes.Buffer safe for the child's output copier and
+// the test reading it at once.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 func startServe(t *testing.T, bin, addr, dataDir string, extra ...string) *proc {
 	t.Helper()
 	args := append([]string{"serve", "--addr", addr, "--data-dir", dataDir, "--api-key", "k", "--guest-dir", testenv.GuestDir(t)}, extra...)
 	cmd := exec.Command(bin, args...)
-	var log bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &log, &log
+	log := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = log, log
 	require.NoError(t, cmd.Start())
-	p := &proc{cmd: cmd, log: &log}
+	p := &proc{cmd: cmd, log: log}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {

@@ -84,7 +84,7 @@ func (it *interpreter) Run(ctx context.Context, code string, out execd.Output) (
 func (it *interpreter) current(ctx context.Context) (*instance, error) {
 	it.mu.Lock()
 	defer it.mu.Unlock()
-	if it.closed {
+	if it.closed || it.m.isClosed() {
 		return nil, ErrClosed
 	}
 	if it.inst != nil && it.inst.alive() {

@@ -346,3 +346,10 @@ func (m *Manager) Close() error {
 	m.wg.Wait()
 	return nil
 }
+
+// isClosed reports whether Close was called.
+func (m *Manager) isClosed() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.closed
+}
