@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"net/http"
 	"strings"
 
@@ -92,6 +93,9 @@ func (s *Server) removeImage(c *gin.Context) {
 		return
 	}
 	if err := st.Remove(c.Request.Context(), name); err != nil {
+		if errors.Is(err, runtimes.ErrNotFound) {
+			err = &apiError{http.StatusNotFound, "IMAGE_NOT_FOUND", err.Error()}
+		}
 		s.abortErr(c, err)
 		return
 	}

@@ -234,7 +234,7 @@ func TestProxyAuth(t *testing.T) {
 	assert.Equal(t, 401, st, "unknown sandbox without credentials does not reveal existence")
 	// A wasm sandbox has no other ports.
 	st, body, _ = h.do("GET", "/v1/sandboxes/"+a.ID+"/proxy/8000/", nil)
-	assert.Equal(t, 404, st)
+	assert.Equal(t, 400, st)
 	assert.Contains(t, string(body), "runc")
 
 	// A signed, expiring route: its token works for that sandbox and port

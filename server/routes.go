@@ -78,6 +78,7 @@ func (s *Server) routes() *gin.Engine {
 	for _, prefix := range []string{"", "/v1"} {
 		r := g.Group(prefix)
 		r.GET("/health", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "healthy"}) })
+		r.GET("/openapi.yaml", serveOpenAPI)
 		// The proxy route authenticates itself (API key or the sandbox's token).
 		r.Any("/sandboxes/:id/proxy/:port", s.proxy)
 		r.Any("/sandboxes/:id/proxy/:port/*path", s.proxy)

@@ -218,7 +218,9 @@ func (s *Sandbox) Execd() http.Handler {
 		}
 		h, err := s.handler()
 		if err != nil {
-			http.Error(w, `{"code":"INTERNAL_ERROR","message":"execd unavailable"}`, http.StatusInternalServerError)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusInternalServerError)
+			_, _ = io.WriteString(w, `{"code":"INTERNAL_ERROR","message":"execd unavailable"}`)
 			return
 		}
 		h.ServeHTTP(w, r)

@@ -92,7 +92,8 @@ func (it *interpreter) Run(ctx context.Context, code string, out execd.Output) (
 		return nil, fmt.Errorf("javascript: %w (%d bytes)", execd.ErrOutputLimit, it.m.opts.OutputLimitBytes)
 	case stopExit:
 		if rio.exitCode != 0 {
-			return &execd.ExecError{EName: "ProcessExit", EValue: fmt.Sprintf("process.exit(%d)", rio.exitCode)}, nil
+			v := fmt.Sprintf("process.exit(%d)", rio.exitCode)
+			return &execd.ExecError{EName: "ProcessExit", EValue: v, Traceback: []string{"ProcessExit: " + v}}, nil
 		}
 		return nil, nil
 	}
