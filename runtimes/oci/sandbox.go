@@ -187,24 +187,16 @@ func (s *Sandbox) Proxy(port int) (http.Handler, error) {
 
 // Pause freezes every process of the sandbox.
 func (s *Sandbox) Pause(ctx context.Context) error {
-	ctx = s.r.b.ctx(ctx)
-	c, err := s.r.b.client.LoadContainer(ctx, s.spec.ID)
-	if err != nil {
-		return err
-	}
-	t, err := c.Task(ctx, nil)
-	if err != nil {
-		return err
-	}
-	if err := t.Pause(ctx); err != nil {
-		return fmt.Errorf("pause: %w", err)
-	}
-	s.setPaused(true)
-	return nil
+	return s.freeze(ctx, true)
 }
 
 // Resume thaws the sandbox.
 func (s *Sandbox) Resume(ctx context.Context) error {
+	return s.freeze(ctx, false)
+}
+
+// freeze pauses (or resumes) the sandbox's task through the freezer.
+func (s *Sandbox) freeze(ctx context.Context, pause bool) error {
 	ctx = s.r.b.ctx(ctx)
 	c, err := s.r.b.client.LoadContainer(ctx, s.spec.ID)
 	if err != nil {
@@ -214,10 +206,15 @@ func (s *Sandbox) Resume(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := t.Resume(ctx); err != nil {
-		return fmt.Errorf("resume: %w", err)
+	if pause {
+		err = t.Pause(ctx)
+	} else {
+		err = t.Resume(ctx)
 	}
-	s.setPaused(false)
+	if err != nil {
+		return fmt.Errorf("pause=%v: %w", pause, err)
+	}
+	s.setPaused(pause)
 	return nil
 }
 
