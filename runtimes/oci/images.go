@@ -2,14 +2,18 @@ package oci
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	containerd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/core/remotes"
 	"github.com/containerd/containerd/v2/core/remotes/docker"
+	"github.com/containerd/containerd/v2/pkg/reference"
 	"github.com/containerd/errdefs"
 
 	"github.com/hybox-dev/hybox/runtimes"
@@ -69,18 +73,74 @@ func (b *Backend) Remove(ctx context.Context, name string) error {
 	return nil
 }
 
-// Pull fetches ref from its registry with optional credentials.
+// Pull fetches ref from its registry with optional credentials and unpacks
+// it. Registries on the loopback interface (localhost, 127.0.0.1, ::1) are
+// reached over plain HTTP, every other one over HTTPS; credentials are only
+// ever given to the registry host that ref names.
+//
+// # Errors
+// runtimes.ErrUnavailable wrapping the registry's or containerd's error,
+// with a hint when the registry refused the credentials (or their absence).
 func (b *Backend) Pull(ctx context.Context, ref string, auth *runtimes.RegistryAuth) (runtimes.Image, error) {
 	ctx = b.ctx(ctx)
-	opts := docker.ResolverOptions{Client: &http.Client{Timeout: 10 * time.Minute}}
-	if auth != nil {
-		opts.Hosts = docker.ConfigureDefaultRegistries(docker.WithAuthorizer(docker.NewDockerAuthorizer(
-			docker.WithAuthCreds(func(string) (string, string, error) { return auth.Username, auth.Password, nil }))))
+	resolver, err := newResolver(ref, auth)
+	if err != nil {
+		return runtimes.Image{}, fmt.Errorf("%w: pull %s: %v", runtimes.ErrInvalid, ref, err)
 	}
 	img, err := b.client.Pull(ctx, ref, containerd.WithPullUnpack, containerd.WithPullSnapshotter(snapshotter),
-		containerd.WithResolver(docker.NewResolver(opts)))
+		containerd.WithResolver(resolver))
 	if err != nil {
+		if isAuthError(err) {
+			hint := "the registry requires credentials: set image.auth"
+			if auth != nil {
+				hint = "the registry refused the credentials of image.auth"
+			}
+			return runtimes.Image{}, fmt.Errorf("%w: pull %s: %s: %v", runtimes.ErrUnavailable, ref, hint, err)
+		}
 		return runtimes.Image{}, fmt.Errorf("%w: pull %s: %v", runtimes.ErrUnavailable, ref, err)
 	}
 	return wireImage(ctx, img), nil
+}
+
+// newResolver builds the registry resolver for ref: plain HTTP only for
+// loopback registries, and auth's credentials answered only for the host
+// ref's registry is reached at (docker.io is served by
+// registry-1.docker.io), never for another host that challenges a request.
+func newResolver(ref string, auth *runtimes.RegistryAuth) (remotes.Resolver, error) {
+	spec, err := reference.Parse(ref)
+	if err != nil {
+		return nil, err
+	}
+	client := &http.Client{Timeout: 10 * time.Minute}
+	base := []docker.RegistryOpt{docker.WithClient(client), docker.WithPlainHTTP(docker.MatchLocalhost)}
+	var creds func(string) (string, string, error)
+	if auth != nil {
+		targets, err := docker.ConfigureDefaultRegistries(base...)(spec.Hostname())
+		if err != nil {
+			return nil, err
+		}
+		allowed := map[string]bool{spec.Hostname(): true}
+		for _, h := range targets {
+			allowed[h.Host] = true
+		}
+		creds = func(host string) (string, string, error) {
+			if !allowed[host] {
+				return "", "", nil
+			}
+			return auth.Username, auth.Password, nil
+		}
+	}
+	authorizer := docker.NewDockerAuthorizer(docker.WithAuthClient(client), docker.WithAuthCreds(creds))
+	hosts := docker.ConfigureDefaultRegistries(append(base, docker.WithAuthorizer(authorizer))...)
+	return docker.NewResolver(docker.ResolverOptions{Hosts: hosts}), nil
+}
+
+// isAuthError reports whether a pull failed because the registry did not
+// accept the request's authorization.
+func isAuthError(err error) bool {
+	if errors.Is(err, docker.ErrInvalidAuthorization) {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "401 Unauthorized") || strings.Contains(msg, "403 Forbidden")
 }
