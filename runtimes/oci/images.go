@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	distref "github.com/distribution/reference"
 	"io"
 	"net/http"
 	"strings"
@@ -83,6 +84,7 @@ func (b *Backend) Remove(ctx context.Context, name string) error {
 // with a hint when the registry refused the credentials (or their absence).
 func (b *Backend) Pull(ctx context.Context, ref string, auth *runtimes.RegistryAuth) (runtimes.Image, error) {
 	ctx = b.ctx(ctx)
+	ref = normalizeRef(ref)
 	resolver, err := newResolver(ref, auth)
 	if err != nil {
 		return runtimes.Image{}, fmt.Errorf("%w: pull %s: %v", runtimes.ErrInvalid, ref, err)
@@ -143,4 +145,14 @@ func isAuthError(err error) bool {
 	}
 	msg := err.Error()
 	return strings.Contains(msg, "401 Unauthorized") || strings.Contains(msg, "403 Forbidden")
+}
+
+// normalizeRef expands a short image name as Docker does ("python:3" →
+// "docker.io/library/python:3"); a name it cannot parse is kept as given.
+func normalizeRef(ref string) string {
+	named, err := distref.ParseDockerRef(ref)
+	if err != nil {
+		return ref
+	}
+	return named.String()
 }

@@ -202,10 +202,17 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (_ runtimes.Sa
 	}
 	img, err := r.b.client.GetImage(ctx, spec.Image)
 	if errdefs.IsNotFound(err) {
-		if _, perr := r.b.Pull(ctx, spec.Image, spec.ImageAuth); perr != nil {
+		// A short name ("python:3") is stored under its full reference.
+		if full := normalizeRef(spec.Image); full != spec.Image {
+			img, err = r.b.client.GetImage(ctx, full)
+		}
+	}
+	if errdefs.IsNotFound(err) {
+		pulled, perr := r.b.Pull(ctx, spec.Image, spec.ImageAuth)
+		if perr != nil {
 			return nil, fmt.Errorf("%w: image %s is not present and could not be pulled (%v); import it with `hybox image import FILE`", runtimes.ErrInvalid, spec.Image, perr)
 		}
-		img, err = r.b.client.GetImage(ctx, spec.Image)
+		img, err = r.b.client.GetImage(ctx, pulled.Name)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("image %s: %w", spec.Image, err)
