@@ -71,6 +71,10 @@ type Options struct {
 	ProcDir string
 	// Logger; nil = slog.Default().
 	Logger *slog.Logger
+	// WarmShell keeps one shell started ahead of time, which runs the next
+	// command that needs no uid/gid switch: that saves the shell's
+	// fork+exec on the request path. Only when Shell is bash.
+	WarmShell bool
 }
 
 // Validate fills defaults and checks required fields.
@@ -140,6 +144,12 @@ type Backend struct {
 
 	leftMu    sync.Mutex
 	leftovers map[int]struct{} // process groups of finished commands still running
+
+	warmOK       bool // Options.WarmShell and the shell can have one
+	warmMu       sync.Mutex
+	warm         *warmShell  // idle, or nil
+	warmStarting bool        // a warm shell is being started
+	warmTimer    *time.Timer // starts the next warm shell once idle
 }
 
 type closer interface{ Close() error }
@@ -161,7 +171,10 @@ func New(opts Options) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("osbackend: open root: %w", err)
 	}
-	return &Backend{opts: opts, root: root, live: map[closer]struct{}{}, leftovers: map[int]struct{}{}}, nil
+	b := &Backend{opts: opts, root: root, live: map[closer]struct{}{}, leftovers: map[int]struct{}{},
+		warmOK: opts.WarmShell && warmCapable(&opts)}
+	b.refillWarm()
+	return b, nil
 }
 
 // Root implements execd.Backend.
@@ -232,14 +245,20 @@ func (b *Backend) hostDir(guest string) (string, error) {
 	return dir, nil
 }
 
-// environ returns the base environment with extra variables set.
-func (b *Backend) environ(extra map[string]string) []string {
-	env := make([]string, 0, len(b.opts.Env)+len(extra))
-	keys := make([]string, 0, len(extra))
-	for k := range extra {
+// sortedKeys returns the keys of m in order.
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
+	return keys
+}
+
+// environ returns the base environment with extra variables set.
+func (b *Backend) environ(extra map[string]string) []string {
+	env := make([]string, 0, len(b.opts.Env)+len(extra))
+	keys := sortedKeys(extra)
 	for _, kv := range b.opts.Env {
 		k, _, _ := strings.Cut(kv, "=")
 		if _, ok := extra[k]; !ok {

@@ -19,7 +19,8 @@ import (
 // StartCommand implements execd.Backend: spec.Command runs under the shell
 // with -c in a new process group. Output is copied to spec.Stdout and
 // spec.Stderr as it is read from the pipes (one pipe when both are the same
-// writer, which keeps their interleaving).
+// writer, which keeps their interleaving). With Options.WarmShell, a
+// command that switches no uid/gid runs on the pre-started shell.
 //
 // # Errors
 // When the working directory does not exist (wraps fs.ErrNotExist), the
@@ -36,6 +37,14 @@ func (b *Backend) StartCommand(ctx context.Context, spec execd.ProcessSpec) (exe
 		}
 	}
 	p := &process{b: b, stdout: orDiscard(spec.Stdout), stderr: orDiscard(spec.Stderr)}
+	shared := sameWriter(p.stdout, p.stderr)
+	defer b.scheduleWarm()
+	if cred == nil && b.warmOK {
+		if b.startWarmCommand(p, spec, dir, shared) {
+			p.stopKill = context.AfterFunc(ctx, func() { _ = p.Kill() })
+			return p, nil
+		}
+	}
 
 	outR, outW, err := os.Pipe()
 	if err != nil {
@@ -44,7 +53,6 @@ func (b *Backend) StartCommand(ctx context.Context, spec execd.ProcessSpec) (exe
 	readers := []*os.File{outR}
 	writers := []*os.File{outW}
 	stderrW := outW
-	shared := sameWriter(p.stdout, p.stderr)
 	if !shared {
 		errR, errW, err := os.Pipe()
 		if err != nil {
@@ -77,13 +85,43 @@ func (b *Backend) StartCommand(ctx context.Context, spec execd.ProcessSpec) (exe
 	}
 	p.pgid = pid
 	p.exitc = exitc
-	p.copies.Add(len(readers))
-	go p.copy(readers[0], p.stdout)
-	if !shared {
-		go p.copy(readers[1], p.stderr)
-	}
+	p.startCopies(readers)
 	p.stopKill = context.AfterFunc(ctx, func() { _ = p.Kill() })
 	return p, nil
+}
+
+// startWarmCommand runs spec on the warm shell and reports whether it
+// did; false means the command must take the cold path (no warm shell,
+// or a spec the warm shell cannot run like bash -c).
+func (b *Backend) startWarmCommand(p *process, spec execd.ProcessSpec, dir string, shared bool) bool {
+	setup, ok := warmSetup(spec, dir, b.opts.Workdir, shared, b.getenv("PWD"))
+	if !ok {
+		return false
+	}
+	w := b.claimWarm()
+	if w == nil {
+		return false
+	}
+	p.oom = b.watchOOM()
+	if err := w.run(setup, spec.Command); err != nil {
+		b.opts.Logger.Debug("osbackend: warm shell lost; cold start", "err", err)
+		_ = w.Close()
+		return false
+	}
+	p.pgid = w.pid
+	p.exitc = w.exitc
+	p.startCopies([]*os.File{w.outR, w.errR})
+	return true
+}
+
+// startCopies forwards the pipes: readers[0] to stdout, readers[1] (when
+// present) to stderr.
+func (p *process) startCopies(readers []*os.File) {
+	p.copies.Add(len(readers))
+	go p.copy(readers[0], p.stdout)
+	if len(readers) > 1 {
+		go p.copy(readers[1], p.stderr)
+	}
 }
 
 // credential builds the uid/gid switch of a process; a missing one keeps
