@@ -361,7 +361,9 @@ func (m *codeManager) execute(w http.ResponseWriter, r *http.Request, c *codeCon
 	if it == nil {
 		// The previous interpreter was lost (timeout, crash): start afresh.
 		c.mu.Unlock()
-		it, err = m.h.opts.Backend.NewInterpreter(ctx, c.language, c.cwd)
+		// Starting an interpreter is not part of the execution's time
+		// budget: only the client going away cancels it.
+		it, err = m.h.opts.Backend.NewInterpreter(r.Context(), c.language, c.cwd)
 		if err != nil {
 			writeErr(w, err)
 			return

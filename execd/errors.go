@@ -1,6 +1,7 @@
 package execd
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io/fs"
@@ -43,6 +44,8 @@ func statusOf(err error) (int, string) {
 		return http.StatusTooManyRequests, CodeOverloaded
 	case errors.Is(err, errInvalidPath):
 		return http.StatusBadRequest, CodeInvalidPath
+	case errors.Is(err, context.DeadlineExceeded):
+		return http.StatusGatewayTimeout, CodeTimeout
 	case errors.Is(err, fs.ErrNotExist):
 		return http.StatusNotFound, CodeFileNotFound
 	case errors.Is(err, fs.ErrExist):
@@ -53,6 +56,9 @@ func statusOf(err error) (int, string) {
 		return http.StatusInternalServerError, CodeInternal
 	}
 }
+
+// CodeTimeout: an operation did not finish in time.
+const CodeTimeout = "TIMEOUT"
 
 // errInvalidPath marks a path that is malformed or escapes the sandbox root.
 var errInvalidPath = errors.New("invalid path")
