@@ -345,11 +345,6 @@ func (m *codeManager) execute(w http.ResponseWriter, r *http.Request, c *codeCon
 		return
 	}
 
-	ctx, cancelTimeout := context.WithTimeoutCause(r.Context(), timeout, fmt.Errorf("%w after %s", ErrTimeout, timeout))
-	defer cancelTimeout()
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-
 	execID := newID()
 	c.mu.Lock()
 	if c.closed {
@@ -371,6 +366,11 @@ func (m *codeManager) execute(w http.ResponseWriter, r *http.Request, c *codeCon
 		c.mu.Lock()
 		c.interp = it
 	}
+	// The time budget starts once the interpreter is ready.
+	ctx, cancelTimeout := context.WithTimeoutCause(r.Context(), timeout, fmt.Errorf("%w after %s", ErrTimeout, timeout))
+	defer cancelTimeout()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	c.count++
 	count := c.count
 	c.execID = execID
