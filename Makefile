@@ -10,6 +10,7 @@ GUEST_DIR := $(CURDIR)/build/guests
 DATA_DIR ?= $(CURDIR)/build/data
 ADDR ?= 127.0.0.1:8080
 API_KEY_FILE ?= $(CURDIR)/build/api-key
+VAULT_KEY_FILE ?= $(CURDIR)/build/vault-key
 export HYBOX_GUEST_DIR := $(GUEST_DIR)
 
 .PHONY: all build guests run test test-unit test-e2e bench check fmt vet clean deps containers-deps containerd containerd-stop image
@@ -48,14 +49,20 @@ $(API_KEY_FILE):
 	@umask 077; head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > $@
 	@echo "generated an API key in $@"
 
+$(VAULT_KEY_FILE):
+	@mkdir -p $(dir $@)
+	@umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > $@
+	@echo "generated a credential vault key in $@"
+
 ifeq ($(IS_ROOT),yes)
 RUN_DEPS := containerd
 RUN_FLAGS := --containerd $(CONTAINERD_SOCK) --runsc-binary $(DATA_DIR)/bin/runsc-hybox
 endif
 
-run: build $(API_KEY_FILE) $(RUN_DEPS)
+run: build $(API_KEY_FILE) $(VAULT_KEY_FILE) $(RUN_DEPS)
 	@echo "hybox on http://$(ADDR)  API key: $$(cat $(API_KEY_FILE))  (export OPEN_SANDBOX_API_KEY=$$(cat $(API_KEY_FILE)))"
 	$(BIN) serve --addr $(ADDR) --data-dir $(DATA_DIR) --api-key-file $(API_KEY_FILE) --guest-dir $(GUEST_DIR) \
+		--vault-key-file $(VAULT_KEY_FILE) \
 		--execd-binary $(CURDIR)/$(EXECD_BIN) $(RUN_FLAGS)
 
 test: test-unit test-e2e

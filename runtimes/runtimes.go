@@ -41,6 +41,29 @@ type Spec struct {
 	// Dir is the sandbox's own host directory (created by the server); a
 	// backend keeps all of its per-sandbox state below it.
 	Dir string
+	// Egress governs the sandbox's outbound traffic (policy and vault).
+	// Nil means the sandbox has no outbound network at all.
+	Egress Egress
+}
+
+// Egress is the server's per-sandbox egress controller, as a backend sees
+// it: the one policy and vault, applied the way the backend needs.
+type Egress interface {
+	// Do performs an outbound HTTP request on behalf of a guest that has no
+	// network of its own (wasm). The policy decides and the vault injects;
+	// a denied request fails with an error that names the rule.
+	Do(req *http.Request) (*http.Response, error)
+	// Enforce installs the policy in the network namespace at nsPath (a
+	// container's). A backend calls it after the namespace is attached and
+	// before the workload starts, and again when it restores the sandbox
+	// after a server restart.
+	Enforce(ctx context.Context, nsPath string) error
+	// Files are files a container sandbox gets, by absolute path inside it
+	// (its resolv.conf, a trust store holding the sandbox's CA).
+	Files() map[string][]byte
+	// Env is environment a container sandbox's processes get (CA bundle
+	// variables for common tools).
+	Env() map[string]string
 }
 
 // Sandbox is a live sandbox.

@@ -17,11 +17,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybox-dev/hybox/execd"
+	"github.com/hybox-dev/hybox/internal/egresstest"
 	"github.com/hybox-dev/hybox/internal/ocienv"
 	"github.com/hybox-dev/hybox/internal/testenv"
+	"github.com/hybox-dev/hybox/policy/egress"
 	"github.com/hybox-dev/hybox/runtimes"
 	"github.com/hybox-dev/hybox/runtimes/oci"
 	"github.com/hybox-dev/hybox/runtimes/wasm"
+	"github.com/hybox-dev/hybox/vault"
 )
 
 const testKey = "test-key-0123456789"
@@ -43,6 +46,10 @@ type harnessOpts struct {
 	outputLimit   int64
 	limiter       *execd.Limiter
 	memory        int64
+	// upstream, when set, is the only network sandboxes can reach: the
+	// server resolves through its zone and trusts its CA.
+	upstream *egresstest.Net
+	vaultKey *vault.Key
 }
 
 func newHarness(t *testing.T, dataDir string, ho harnessOpts) *harness {
@@ -73,9 +80,15 @@ func newHarness(t *testing.T, dataDir string, ho harnessOpts) *harness {
 	}
 	router, err := runtimes.NewRouter(rts, runtimes.BuiltinImageRules, "wasm")
 	require.NoError(t, err)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var eg *egress.Manager
+	if ho.upstream != nil {
+		eg, err = egress.NewManager(egress.Options{DNSUpstreams: []string{ho.upstream.DNSAddr}, RootCAs: ho.upstream.Roots, Logger: log})
+		require.NoError(t, err)
+	}
 	srv, err := New(ctx, Options{DataDir: dataDir, APIKey: testKey, Router: router, ReapInterval: time.Hour,
-		Images: images, IngressDomain: ho.ingressDomain,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Images: images, IngressDomain: ho.ingressDomain, Egress: eg, VaultKey: ho.vaultKey,
+		Logger: log})
 	require.NoError(t, err)
 	h := &harness{t: t, srv: srv, ts: httptest.NewServer(srv.Handler()), dataDir: dataDir, stop: stop}
 	t.Cleanup(h.close)

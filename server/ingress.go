@@ -46,6 +46,11 @@ func (s *Server) authorizeSandbox(r *http.Request, id string, port int) error {
 	if key := r.Header.Get("OPEN-SANDBOX-API-KEY"); key != "" && constantTimeEqual(key, s.opts.APIKey) {
 		return nil
 	}
+	if tok := r.Header.Get(headerEgressAuth); tok != "" && port == egressPort {
+		if rec, err := s.store.get(id); err == nil && constantTimeEqual(tok, egressToken(rec)) {
+			return nil
+		}
+	}
 	if tok := r.Header.Get(headerExecdToken); tok != "" {
 		if rec, err := s.store.get(id); err == nil && constantTimeEqual(tok, rec.Token) {
 			return nil
@@ -70,6 +75,9 @@ func (s *Server) Resolve(ctx context.Context, id string, port int) (ingress.Targ
 	if port == execdPort {
 		return ingress.Target{Handler: sb.Execd()}, nil
 	}
+	if port == egressPort {
+		return ingress.Target{Handler: s.egressAPI(id)}, nil
+	}
 	h, err := sb.Proxy(port)
 	if err != nil {
 		if errors.Is(err, runtimes.ErrNotSupported) {
@@ -81,7 +89,7 @@ func (s *Server) Resolve(ctx context.Context, id string, port int) (ingress.Targ
 }
 
 // stripHeaders are hybox's credentials, never forwarded into a sandbox.
-var stripHeaders = []string{"OPEN-SANDBOX-API-KEY"}
+var stripHeaders = []string{"OPEN-SANDBOX-API-KEY", headerEgressAuth}
 
 // withIngress puts the header/host router in front of the API handler.
 func (s *Server) withIngress(api http.Handler) (http.Handler, error) {

@@ -83,29 +83,44 @@ func (s *Server) createSandbox(c *gin.Context) {
 	rec.Runtime = rt.Name()
 	unlock := s.lock(rec.ID)
 	defer unlock()
+	eg, err := s.newEgress(rec, true)
+	if err != nil {
+		_ = s.store.delete(rec.ID)
+		s.abortErr(c, err)
+		return
+	}
+	spec.Egress = eg
 	// The record is written once the sandbox exists: a crash before that
 	// leaves only a directory, which start-up removes (removeOrphans).
 	sb, err := rt.Create(c.Request.Context(), spec)
 	if err != nil {
 		s.log.Warn("create sandbox", "id", rec.ID, "runtime", rec.Runtime, "err", err)
+		_ = eg.Close()
 		_ = rt.Destroy(context.WithoutCancel(c.Request.Context()), s.spec(rec))
 		_ = os.RemoveAll(s.sandboxDir(rec.ID))
+		_ = s.store.delete(rec.ID)
 		s.abortErr(c, err)
 		return
 	}
 	rec.State, rec.LastTransitionAt = StateRunning, time.Now().UTC()
 	if err := s.store.put(rec); err != nil {
 		_ = sb.Close(context.WithoutCancel(c.Request.Context()))
+		_ = eg.Close()
 		_ = rt.Destroy(context.WithoutCancel(c.Request.Context()), s.spec(rec))
 		_ = os.RemoveAll(s.sandboxDir(rec.ID))
+		_ = s.store.delete(rec.ID)
 		s.abortErr(c, err)
 		return
 	}
+	s.mu.Lock()
+	s.egress[rec.ID] = eg
+	s.mu.Unlock()
 	s.attach(rec.ID, sb)
 	c.JSON(http.StatusAccepted, rec.wire())
 }
 
 func (s *Server) recordFromRequest(req *CreateSandboxRequest) (*Record, error) {
+	var err error
 	if req.SnapshotID != "" {
 		return nil, &apiError{http.StatusBadRequest, codeNotSupported, "snapshots are not supported yet; create the sandbox from an image"}
 	}
@@ -156,6 +171,15 @@ func (s *Server) recordFromRequest(req *CreateSandboxRequest) (*Record, error) {
 		}
 		exp := now.Add(time.Duration(t * float64(time.Second)))
 		rec.ExpiresAt = &exp
+	}
+	if rec.NetworkPolicy, err = parseNetworkPolicy(req.NetworkPolicy); err != nil {
+		return nil, err
+	}
+	if rec.CredentialProxy, err = parseCredentialProxy(req.CredentialProxy); err != nil {
+		return nil, err
+	}
+	if rec.CredentialProxy && rec.NetworkPolicy == nil {
+		return nil, badRequest("credentialProxy needs a networkPolicy: binding hosts must be allowed by one")
 	}
 	if v, ok := req.ResourceLimits["memory"]; ok && v != "" {
 		n, err := ParseQuantityBytes(v)
@@ -447,6 +471,9 @@ func (s *Server) getEndpoint(c *gin.Context) {
 		prefix = "/v1"
 	}
 	headers := map[string]string{headerExecdToken: r.Token}
+	if port == egressPort {
+		headers = map[string]string{headerEgressAuth: egressToken(r)}
+	}
 	signed, err := s.routeTokenHeaders(r.ID, port, c.Query("expires"))
 	if err != nil {
 		s.abortErr(c, err)

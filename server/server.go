@@ -23,7 +23,9 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/hybox-dev/hybox/ingress"
+	"github.com/hybox-dev/hybox/policy/egress"
 	"github.com/hybox-dev/hybox/runtimes"
+	"github.com/hybox-dev/hybox/vault"
 )
 
 // Options configures a Server.
@@ -50,6 +52,12 @@ type Options struct {
 	Images runtimes.ImageStore
 	// OneShotRuntime is the runtime name used for POST /run (default "wasm").
 	OneShotRuntime string
+	// Egress builds each sandbox's egress controller; nil = one with the
+	// host's resolvers and trust store.
+	Egress *egress.Manager
+	// VaultKey seals credential vaults at rest; nil turns the credential
+	// proxy off (creating a sandbox that asks for it fails clearly).
+	VaultKey *vault.Key
 	// Logger; nil = slog.Default().
 	Logger *slog.Logger
 }
@@ -83,6 +91,13 @@ func (o *Options) Validate() error {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if o.Egress == nil {
+		m, err := egress.NewManager(egress.Options{Logger: o.Logger})
+		if err != nil {
+			return fmt.Errorf("server: egress: %w", err)
+		}
+		o.Egress = m
+	}
 	return nil
 }
 
@@ -97,6 +112,8 @@ type Server struct {
 
 	mu   sync.Mutex
 	live map[string]runtimes.Sandbox
+	// egress holds the egress controller of every live sandbox.
+	egress map[string]*egress.Sandbox
 	// locks serialises lifecycle operations per sandbox.
 	locks sync.Map // id → *sync.Mutex
 
@@ -122,7 +139,8 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{opts: opts, store: st, log: opts.Logger, live: map[string]runtimes.Sandbox{}}
+	s := &Server{opts: opts, store: st, log: opts.Logger, live: map[string]runtimes.Sandbox{},
+		egress: map[string]*egress.Sandbox{}}
 	key, err := loadRouteKey(opts.DataDir)
 	if err != nil {
 		_ = st.close()
@@ -172,11 +190,14 @@ func (s *Server) Close(ctx context.Context) error {
 	s.stopReaper()
 	<-s.reaperDone
 	s.mu.Lock()
-	live := s.live
-	s.live = map[string]runtimes.Sandbox{}
+	live, eg := s.live, s.egress
+	s.live, s.egress = map[string]runtimes.Sandbox{}, map[string]*egress.Sandbox{}
 	s.mu.Unlock()
 	for _, sb := range live {
 		_ = sb.Close(ctx)
+	}
+	for _, e := range eg {
+		_ = e.Close()
 	}
 	return s.store.close()
 }
@@ -223,12 +244,24 @@ func (s *Server) recover(ctx context.Context) error {
 			s.setState(r, StateFailed, "RuntimeUnavailable", fmt.Sprintf("runtime %q is not available on this server", r.Runtime))
 			continue
 		}
-		sb, err := rt.Restore(ctx, s.spec(r))
+		eg, err := s.newEgress(r, false)
 		if err != nil {
+			s.log.Warn("restore sandbox egress", "id", r.ID, "err", err)
+			s.setState(r, StateFailed, "RestoreFailed", err.Error())
+			continue
+		}
+		spec := s.spec(r)
+		spec.Egress = eg
+		sb, err := rt.Restore(ctx, spec)
+		if err != nil {
+			_ = eg.Close()
 			s.log.Warn("restore sandbox", "id", r.ID, "err", err)
 			s.setState(r, StateFailed, "RestoreFailed", err.Error())
 			continue
 		}
+		s.mu.Lock()
+		s.egress[r.ID] = eg
+		s.mu.Unlock()
 		switch r.State {
 		case StatePaused, StatePausing:
 			_ = sb.Pause(ctx)
@@ -339,11 +372,15 @@ func (s *Server) setState(r *Record, state, reason, msg string) {
 // directory, record.
 func (s *Server) destroy(ctx context.Context, r *Record) error {
 	s.mu.Lock()
-	sb := s.live[r.ID]
+	sb, eg := s.live[r.ID], s.egress[r.ID]
 	delete(s.live, r.ID)
+	delete(s.egress, r.ID)
 	s.mu.Unlock()
 	if sb != nil {
 		_ = sb.Close(ctx)
+	}
+	if eg != nil {
+		_ = eg.Close()
 	}
 	var errs []error
 	if rt, ok := s.opts.Router.Get(r.Runtime); ok {

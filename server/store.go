@@ -8,6 +8,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/hybox-dev/hybox/policy"
 	"github.com/hybox-dev/hybox/runtimes"
 )
 
@@ -33,6 +34,10 @@ type Record struct {
 	ExpiresAt        *time.Time        `json:"expiresAt,omitempty"`
 	// Token authorises requests to this sandbox's execd (X-EXECD-ACCESS-TOKEN).
 	Token string `json:"token"`
+	// NetworkPolicy is the current egress policy; nil = unrestricted.
+	NetworkPolicy *policy.Policy `json:"networkPolicy,omitempty"`
+	// CredentialProxy says the sandbox has a credential vault.
+	CredentialProxy bool `json:"credentialProxy,omitempty"`
 }
 
 // Platform is {"os","arch"}.
@@ -41,7 +46,11 @@ type Platform struct {
 	Arch string `json:"arch"`
 }
 
-var bucketSandboxes = []byte("sandboxes")
+var (
+	bucketSandboxes = []byte("sandboxes")
+	// bucketEgress holds each sandbox's sealed vault and CA.
+	bucketEgress = []byte("egress")
+)
 
 // store persists records in a bbolt database.
 type store struct {
@@ -54,7 +63,10 @@ func openStore(path string) (*store, error) {
 		return nil, fmt.Errorf("open database %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		_, err := tx.CreateBucketIfNotExists(bucketSandboxes)
+		if _, err := tx.CreateBucketIfNotExists(bucketSandboxes); err != nil {
+			return err
+		}
+		_, err := tx.CreateBucketIfNotExists(bucketEgress)
 		return err
 	})
 	if err != nil {
@@ -91,8 +103,30 @@ func (s *store) get(id string) (*Record, error) {
 
 func (s *store) delete(id string) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
+		if err := tx.Bucket(bucketEgress).Delete([]byte(id)); err != nil {
+			return err
+		}
 		return tx.Bucket(bucketSandboxes).Delete([]byte(id))
 	})
+}
+
+// putEgress stores a sandbox's sealed egress state.
+func (s *store) putEgress(id string, b []byte) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketEgress).Put([]byte(id), b)
+	})
+}
+
+// getEgress returns a sandbox's sealed egress state, nil when it has none.
+func (s *store) getEgress(id string) ([]byte, error) {
+	var out []byte
+	err := s.db.View(func(tx *bolt.Tx) error {
+		if b := tx.Bucket(bucketEgress).Get([]byte(id)); b != nil {
+			out = append([]byte(nil), b...)
+		}
+		return nil
+	})
+	return out, err
 }
 
 func (s *store) list() ([]*Record, error) {

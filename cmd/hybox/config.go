@@ -32,6 +32,26 @@ type config struct {
 	ImageRules     []runtimes.ImageRule `toml:"image_rules"`
 	Wasm           wasmConfig           `toml:"wasm"`
 	OCI            ociConfig            `toml:"oci"`
+	Egress         egressConfig         `toml:"egress"`
+	Vault          vaultConfig          `toml:"vault"`
+}
+
+type egressConfig struct {
+	// DNSUpstreams are the resolvers sandboxes' allowed names go to
+	// ("host:port"); empty = the host's /etc/resolv.conf.
+	DNSUpstreams []string `toml:"dns_upstreams"`
+	// RootCAFile is a PEM file of CAs trusted, besides the system's, for
+	// upstream TLS when hybox makes a request itself (wasm guests, vault
+	// injection).
+	RootCAFile string `toml:"root_ca_file"`
+}
+
+type vaultConfig struct {
+	// KeyFile holds the 32-byte key (hex or base64) that seals credential
+	// vaults at rest. Without a key the credential proxy is off.
+	KeyFile string `toml:"key_file"`
+	// Key is the key itself; set it through HYBOX_VAULT_KEY, not a file.
+	Key string `toml:"-"`
 }
 
 type ociConfig struct {
@@ -105,6 +125,13 @@ func loadConfig(path string, getenv func(string) string) (*config, error) {
 		{"HYBOX_CONTAINERD_ADDRESS", func(v string) error { c.OCI.Address = v; return nil }},
 		{"HYBOX_RUNSC_BINARY", func(v string) error { c.OCI.RunscBinary = v; return nil }},
 		{"HYBOX_EXECD_BINARY", func(v string) error { c.OCI.ExecdBinary = v; return nil }},
+		{"HYBOX_VAULT_KEY", func(v string) error { c.Vault.Key = v; return nil }},
+		{"HYBOX_VAULT_KEY_FILE", func(v string) error { c.Vault.KeyFile = v; return nil }},
+		{"HYBOX_DNS_UPSTREAMS", func(v string) error {
+			c.Egress.DNSUpstreams = strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' })
+			return nil
+		}},
+		{"HYBOX_EGRESS_ROOT_CA_FILE", func(v string) error { c.Egress.RootCAFile = v; return nil }},
 		{"HYBOX_INSECURE", func(v string) error {
 			b, err := strconv.ParseBool(v)
 			c.Insecure = b

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"net"
@@ -14,11 +15,13 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hybox-dev/hybox/execd"
+	"github.com/hybox-dev/hybox/policy/egress"
 	"github.com/hybox-dev/hybox/runtimes"
 	"github.com/hybox-dev/hybox/runtimes/oci"
 	"github.com/hybox-dev/hybox/runtimes/wasm"
 	"github.com/hybox-dev/hybox/runtimes/wasm/engine"
 	"github.com/hybox-dev/hybox/server"
+	"github.com/hybox-dev/hybox/vault"
 )
 
 // newServeCmd returns `hybox serve`.
@@ -27,6 +30,8 @@ func newServeCmd() *cobra.Command {
 		cfgPath, addr, dataDir, apiKey, apiKeyFile, guestDir, publicHost string
 		containerdAddr, runscBinary, execdBinary, ingressDomain          string
 		insecure                                                         bool
+		vaultKeyFile, egressRootCAFile                                   string
+		dnsUpstreams                                                     []string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -77,6 +82,15 @@ func newServeCmd() *cobra.Command {
 			if f.Changed("insecure") {
 				cfg.Insecure = insecure
 			}
+			if f.Changed("vault-key-file") {
+				cfg.Vault.KeyFile = vaultKeyFile
+			}
+			if f.Changed("dns-upstream") {
+				cfg.Egress.DNSUpstreams = dnsUpstreams
+			}
+			if f.Changed("egress-root-ca-file") {
+				cfg.Egress.RootCAFile = egressRootCAFile
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return serve(ctx, cfg)
@@ -95,6 +109,9 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&execdBinary, "execd-binary", "", "static hybox-execd binary (env HYBOX_EXECD_BINARY; default beside hybox)")
 	f.StringVar(&ingressDomain, "ingress-domain", "", "route <id>-<port>.<domain> to sandbox ports (env HYBOX_INGRESS_DOMAIN)")
 	f.BoolVar(&insecure, "insecure", false, "serve WITHOUT authentication (env HYBOX_INSECURE)")
+	f.StringVar(&vaultKeyFile, "vault-key-file", "", "key sealing credential vaults, 32 bytes in hex or base64 (env HYBOX_VAULT_KEY_FILE, or the key itself in HYBOX_VAULT_KEY)")
+	f.StringSliceVar(&dnsUpstreams, "dns-upstream", nil, "resolver host:port for sandboxes' allowed names, repeatable (env HYBOX_DNS_UPSTREAMS; default: the host's)")
+	f.StringVar(&egressRootCAFile, "egress-root-ca-file", "", "extra CAs (PEM) trusted for upstream TLS when hybox injects credentials (env HYBOX_EGRESS_ROOT_CA_FILE)")
 	return cmd
 }
 
@@ -187,10 +204,14 @@ func serve(ctx context.Context, cfg *config) error {
 	if err != nil {
 		return err
 	}
+	eg, vaultKey, err := egressSetup(cfg, log)
+	if err != nil {
+		return err
+	}
 	srv, err := server.New(ctx, server.Options{
 		DataDir: cfg.DataDir, APIKey: key, Insecure: cfg.Insecure, Router: router,
 		PublicHost: cfg.PublicHost, ReapInterval: cfg.ReapInterval.Duration, Logger: log, Images: images,
-		IngressDomain: cfg.IngressDomain,
+		IngressDomain: cfg.IngressDomain, Egress: eg, VaultKey: vaultKey,
 	})
 	if err != nil {
 		return err
@@ -223,4 +244,35 @@ func startOCI(ctx context.Context, cfg *config, log *slog.Logger) (*oci.Backend,
 		StateDir: filepath.Join(cfg.DataDir, "oci"), DefaultMemoryBytes: mem, Logger: log,
 		AllowedHostPaths: cfg.OCI.AllowedHostPaths,
 	})
+}
+
+// egressSetup builds the egress manager and loads the vault key (nil when
+// none is configured: the credential proxy is then off).
+func egressSetup(cfg *config, log *slog.Logger) (*egress.Manager, *vault.Key, error) {
+	var roots *x509.CertPool
+	if cfg.Egress.RootCAFile != "" {
+		pem, err := os.ReadFile(cfg.Egress.RootCAFile)
+		if err != nil {
+			return nil, nil, fmt.Errorf("egress.root_ca_file: %w", err)
+		}
+		if roots, err = x509.SystemCertPool(); err != nil {
+			roots = x509.NewCertPool()
+		}
+		if !roots.AppendCertsFromPEM(pem) {
+			return nil, nil, fmt.Errorf("egress.root_ca_file %s: no PEM certificate in it", cfg.Egress.RootCAFile)
+		}
+	}
+	m, err := egress.NewManager(egress.Options{DNSUpstreams: cfg.Egress.DNSUpstreams, RootCAs: roots, Logger: log})
+	if err != nil {
+		return nil, nil, err
+	}
+	if cfg.Vault.KeyFile == "" && cfg.Vault.Key == "" {
+		log.Warn("credential vault is off: no key (set vault.key_file or HYBOX_VAULT_KEY)")
+		return m, nil, nil
+	}
+	k, err := vault.LoadKey(cfg.Vault.KeyFile, cfg.Vault.Key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("vault key: %w", err)
+	}
+	return m, &k, nil
 }

@@ -14,6 +14,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -243,6 +244,20 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (_ runtimes.Sa
 	if err := r.b.net.create(ctx, spec.ID); err != nil {
 		return nil, err
 	}
+	// The egress policy is installed in the namespace while the image is
+	// prepared, and joined before the workload starts.
+	enforced := make(chan error, 1)
+	if spec.Egress != nil && r.b.net.enabled {
+		go func() { enforced <- spec.Egress.Enforce(ctx, r.b.net.nsPath(spec.ID)) }()
+	} else {
+		enforced <- nil
+	}
+	waitEnforced := sync.OnceValue(func() error { return <-enforced })
+	defer func() {
+		if retErr != nil {
+			waitEnforced()
+		}
+	}()
 	// Attaching the network (CNI) runs while the container starts; it is
 	// joined before Create returns, and before any cleanup.
 	type attached struct {
@@ -295,6 +310,10 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (_ runtimes.Sa
 		return nil, fmt.Errorf("create task (%s): %w", r.name, err)
 	}
 	stage("task")
+	if err := waitEnforced(); err != nil {
+		return nil, err
+	}
+	stage("egress")
 	sb := newSandbox(r, spec, netip.Addr{})
 	// Wait before Start, so that even an exit at once is seen.
 	if err := sb.watch(task); err != nil {
@@ -333,6 +352,18 @@ func (r *Runtime) specOpts(spec runtimes.Spec, img containerd.Image, volumes []s
 	args := []string{execdInBox, "--listen-unix", execdSocketBox, "--listen-tcp", "0.0.0.0:44772", "--root", "/", "--"}
 	args = append(args, spec.Entrypoint...)
 	env := make([]string, 0, len(spec.Env))
+	var egressMounts []specs.Mount
+	if spec.Egress != nil && r.b.net.enabled {
+		for k, v := range spec.Egress.Env() {
+			if _, ok := spec.Env[k]; !ok {
+				env = append(env, k+"="+v)
+			}
+		}
+		var err error
+		if egressMounts, err = writeEgressFiles(spec); err != nil {
+			return nil, err
+		}
+	}
 	for k, v := range spec.Env {
 		env = append(env, k+"="+v)
 	}
@@ -352,6 +383,7 @@ func (r *Runtime) specOpts(spec runtimes.Spec, img containerd.Image, volumes []s
 			// metrics, limits and OOM counters there.
 			{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}},
 		}),
+		oci.WithMounts(egressMounts),
 		oci.WithMounts(volumes),
 		oci.WithCgroup(cgroupPath(r.b.opts.Namespace, spec.ID)),
 		oci.WithMemoryLimit(uint64(mem)),
@@ -398,6 +430,11 @@ func (r *Runtime) Restore(ctx context.Context, spec runtimes.Spec) (runtimes.San
 	var addr netip.Addr
 	if b, err := os.ReadFile(addrPath(spec)); err == nil {
 		addr, _ = netip.ParseAddr(strings.TrimSpace(string(b)))
+	}
+	if spec.Egress != nil && r.b.net.enabled {
+		if err := spec.Egress.Enforce(ctx, r.b.net.nsPath(spec.ID)); err != nil {
+			return nil, err
+		}
 	}
 	sb := newSandbox(r, spec, addr)
 	if err := sb.watch(task); err != nil {
@@ -472,4 +509,36 @@ func (b *Backend) remove(ctx context.Context, id string) error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// writeEgressFiles writes the files the egress controller gives the
+// sandbox (its resolv.conf, a trust store with its CA) into the sandbox's
+// directory and returns read-only bind mounts for them.
+func writeEgressFiles(spec runtimes.Spec) ([]specs.Mount, error) {
+	files := spec.Egress.Files()
+	if len(files) == 0 {
+		return nil, nil
+	}
+	dir := filepath.Join(spec.Dir, "egress")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("egress files: %w", err)
+	}
+	paths := make([]string, 0, len(files))
+	for p := range files {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	mounts := make([]specs.Mount, 0, len(paths))
+	for i, p := range paths {
+		if !filepath.IsAbs(p) {
+			return nil, fmt.Errorf("egress file %q: not an absolute path", p)
+		}
+		src := filepath.Join(dir, fmt.Sprintf("%02d-%s", i, filepath.Base(p)))
+		if err := os.WriteFile(src, files[p], 0o644); err != nil {
+			return nil, fmt.Errorf("egress files: %w", err)
+		}
+		mounts = append(mounts, specs.Mount{Destination: p, Type: "bind", Source: src,
+			Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
+	}
+	return mounts, nil
 }

@@ -1,0 +1,406 @@
+// Package egress applies one sandbox's egress policy and credential vault
+// the way its backend needs them.
+//
+// A container sandbox gets, inside its own network namespace: a DNS proxy
+// on 127.0.0.53:53 (the sandbox's only resolver: denied names answer
+// NXDOMAIN, allowed answers teach the firewall their addresses), an
+// nftables table that rejects everything the policy does not allow, and,
+// when the sandbox has a credential vault, a transparent proxy on
+// 127.0.0.1:15001 that every outbound TCP connection is redirected to. The
+// proxy terminates TLS (with the sandbox's own CA) only for hosts that have
+// a binding and splices every other connection untouched. The sockets are
+// opened in the namespace but served by this process, so the workload can
+// neither see nor change them; the workload has no CAP_NET_ADMIN, so it
+// cannot change the rules.
+//
+// A wasm sandbox has no network: its guests' requests are made by Do, in
+// this process, under the same compiled policy and the same vault.
+package egress
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hybox-dev/hybox/internal/netns"
+	"github.com/hybox-dev/hybox/policy"
+	"github.com/hybox-dev/hybox/policy/dnsproxy"
+	"github.com/hybox-dev/hybox/policy/nft"
+	"github.com/hybox-dev/hybox/vault"
+	"github.com/hybox-dev/hybox/vault/tproxy"
+)
+
+// Addresses inside a sandbox's network namespace.
+const (
+	// DNSAddr is the sandbox's resolver (the DNS proxy).
+	DNSAddr = "127.0.0.53:53"
+	// ProxyPort is where outbound TCP is redirected when the sandbox has a
+	// credential vault.
+	ProxyPort = 15001
+)
+
+// Paths inside a container sandbox.
+const (
+	resolvConfPath = "/etc/resolv.conf"
+	bundlePath     = "/etc/ssl/certs/ca-certificates.crt"
+	caPath         = "/etc/hybox/ca.crt"
+)
+
+// minLearnTTL is the shortest time a learned address stays allowed: an
+// answer with TTL 0 must still be usable for the connection that follows.
+const minLearnTTL = 5 * time.Second
+
+// Options configure a Manager.
+type Options struct {
+	// DNSUpstreams are the resolvers ("host:port") allowed names are
+	// forwarded to, and that Do resolves with. Empty: the nameservers of
+	// the host's /etc/resolv.conf.
+	DNSUpstreams []string
+	// RootCAs verify upstream TLS servers when the vault injects (nil:
+	// the system roots).
+	RootCAs *x509.CertPool
+	// SystemBundle is the PEM trust store a container's CA is added to.
+	// Empty: the host's /etc/ssl/certs/ca-certificates.crt.
+	SystemBundle []byte
+	Logger       *slog.Logger
+}
+
+// Manager holds what every sandbox's egress shares.
+type Manager struct {
+	opts     Options
+	resolver *net.Resolver
+}
+
+// NewManager checks opts and returns a Manager.
+func NewManager(opts Options) (*Manager, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if len(opts.DNSUpstreams) == 0 {
+		ups, err := hostResolvers("/etc/resolv.conf")
+		if err != nil {
+			return nil, err
+		}
+		opts.DNSUpstreams = ups
+	}
+	for _, u := range opts.DNSUpstreams {
+		if _, _, err := net.SplitHostPort(u); err != nil {
+			return nil, fmt.Errorf("dns upstream %q: want host:port", u)
+		}
+	}
+	if opts.SystemBundle == nil {
+		b, err := os.ReadFile("/etc/ssl/certs/ca-certificates.crt")
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("system trust store: %w", err)
+		}
+		opts.SystemBundle = b
+	}
+	m := &Manager{opts: opts}
+	m.resolver = &net.Resolver{PreferGo: true, Dial: m.dialDNS}
+	return m, nil
+}
+
+// dialDNS sends the host-side resolver's queries to the configured
+// upstreams, in order.
+func (m *Manager) dialDNS(ctx context.Context, network, _ string) (net.Conn, error) {
+	var d net.Dialer
+	var errs []error
+	for _, u := range m.opts.DNSUpstreams {
+		c, err := d.DialContext(ctx, network, u)
+		if err == nil {
+			return c, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, fmt.Errorf("no DNS upstream answered: %w", errors.Join(errs...))
+}
+
+// Config is one sandbox's egress state.
+type Config struct {
+	// Policy is the network policy; nil means unrestricted.
+	Policy *policy.Policy
+	// Vault, when set, injects credentials; it needs CA for containers.
+	Vault *vault.Vault
+	CA    *tproxy.CA
+	// OnLearn is called after an address is learned (tests, metrics).
+	OnLearn func(name string, addrs []netip.Addr)
+}
+
+// Sandbox is one sandbox's egress controller. It implements
+// runtimes.Egress.
+type Sandbox struct {
+	m      *Manager
+	id     string
+	pol    atomic.Pointer[policy.Compiled]
+	vault  *vault.Vault
+	ca     *tproxy.CA
+	client *http.Client
+	cfg    Config
+
+	mu      sync.Mutex
+	closed  bool
+	nsPath  string
+	table   *nft.Table
+	dns     *dnsproxy.Proxy
+	proxy   *tproxy.Proxy
+	learned map[netip.Addr]learnedAddr
+}
+
+type learnedAddr struct {
+	name    string
+	expires time.Time
+}
+
+// New returns the egress controller of sandbox id.
+func (m *Manager) New(id string, cfg Config) (*Sandbox, error) {
+	if cfg.Vault != nil && cfg.CA == nil {
+		return nil, errors.New("egress: a vault needs the sandbox's CA")
+	}
+	s := &Sandbox{m: m, id: id, vault: cfg.Vault, ca: cfg.CA, cfg: cfg, learned: map[netip.Addr]learnedAddr{}}
+	if err := s.SetPolicy(cfg.Policy); err != nil {
+		return nil, err
+	}
+	s.client = s.newClient()
+	return s, nil
+}
+
+// Policy is the current compiled policy (nil: unrestricted).
+func (s *Sandbox) Policy() *policy.Compiled { return s.pol.Load() }
+
+// Vault is the sandbox's vault, nil without a credential proxy.
+func (s *Sandbox) Vault() *vault.Vault { return s.vault }
+
+// CA is the sandbox's own CA, nil without a credential proxy.
+func (s *Sandbox) CA() *tproxy.CA { return s.ca }
+
+// SetPolicy compiles p and makes it the sandbox's policy. In a container
+// the firewall is replaced in one transaction before SetPolicy returns, so
+// new connections follow the new policy at once; established ones are
+// kept.
+func (s *Sandbox) SetPolicy(p *policy.Policy) error {
+	var c *policy.Compiled
+	if p != nil {
+		var err error
+		if c, err = policy.Compile(*p); err != nil {
+			return err
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pol.Store(c)
+	if s.table == nil {
+		return nil
+	}
+	return s.applyLocked()
+}
+
+// rules is the firewall for the current policy.
+func (s *Sandbox) rules() nft.Rules {
+	c := s.Policy()
+	r := nft.Rules{}
+	if c != nil {
+		r.Enforce = true
+		r.DefaultAllow = c.DefaultAllow()
+		for _, ir := range c.IPRules() {
+			r.IPRules = append(r.IPRules, nft.IPRule{Prefix: ir.Prefix, Allow: ir.Allow})
+		}
+	}
+	if s.vault != nil {
+		r.RedirectPort = ProxyPort
+	}
+	return r
+}
+
+// applyLocked replaces the firewall, keeping the learned addresses whose
+// names the policy still allows.
+func (s *Sandbox) applyLocked() error {
+	c := s.Policy()
+	now := time.Now()
+	var keep []nft.Entry
+	for a, l := range s.learned {
+		if !now.Before(l.expires) || !c.Name(l.name).Allow {
+			delete(s.learned, a)
+			continue
+		}
+		keep = append(keep, nft.Entry{Addr: a, TTL: l.expires.Sub(now)})
+	}
+	if err := s.table.Apply(s.rules(), keep); err != nil {
+		return fmt.Errorf("egress firewall of sandbox %s: %w", s.id, err)
+	}
+	return nil
+}
+
+// decide is the DNS proxy's policy hook.
+func (s *Sandbox) decide(name string) (bool, string) {
+	d := s.Policy().Name(name)
+	return d.Allow, d.Reason()
+}
+
+// learn is the DNS proxy's hook for the addresses of an allowed answer.
+func (s *Sandbox) learn(name string, addrs []netip.Addr, ttl time.Duration) error {
+	if ttl < minLearnTTL {
+		ttl = minLearnTTL
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.table == nil {
+		return errors.New("egress firewall is not installed")
+	}
+	exp := time.Now().Add(ttl)
+	for _, a := range addrs {
+		if l, ok := s.learned[a]; ok && l.expires.After(exp) {
+			continue
+		}
+		s.learned[a] = learnedAddr{name: name, expires: exp}
+	}
+	if err := s.table.Learn(addrs, ttl); err != nil {
+		return err
+	}
+	if s.cfg.OnLearn != nil {
+		s.cfg.OnLearn(name, addrs)
+	}
+	return nil
+}
+
+// Enforce implements runtimes.Egress: it opens the DNS proxy's and the
+// transparent proxy's sockets inside the namespace at nsPath, installs the
+// firewall, and starts serving. Calling it again for the same namespace
+// (a restore) replaces the sockets.
+func (s *Sandbox) Enforce(ctx context.Context, nsPath string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errors.New("egress controller is closed")
+	}
+	s.stopLocked()
+	if err := netns.Do(nsPath, loopbackUp); err != nil {
+		return fmt.Errorf("egress: loopback of sandbox %s: %w", s.id, err)
+	}
+	udp, err := netns.ListenUDP(nsPath, DNSAddr)
+	if err != nil {
+		return fmt.Errorf("egress: DNS proxy of sandbox %s: %w", s.id, err)
+	}
+	tcp, err := netns.ListenTCP(nsPath, DNSAddr)
+	if err != nil {
+		udp.Close()
+		return fmt.Errorf("egress: DNS proxy of sandbox %s: %w", s.id, err)
+	}
+	var pl net.Listener
+	if s.vault != nil {
+		if pl, err = netns.ListenTCP(nsPath, "127.0.0.1:"+strconv.Itoa(ProxyPort)); err != nil {
+			udp.Close()
+			tcp.Close()
+			return fmt.Errorf("egress: credential proxy of sandbox %s: %w", s.id, err)
+		}
+	}
+	closeAll := func() {
+		udp.Close()
+		tcp.Close()
+		if pl != nil {
+			pl.Close()
+		}
+	}
+	table, err := nft.Open(nsPath)
+	if err != nil {
+		closeAll()
+		return fmt.Errorf("egress: firewall of sandbox %s: %w", s.id, err)
+	}
+	s.table, s.nsPath = table, nsPath
+	if err := s.applyLocked(); err != nil {
+		closeAll()
+		table.Close()
+		s.table = nil
+		return err
+	}
+	dns, err := dnsproxy.New(dnsproxy.Config{
+		Upstreams: s.m.opts.DNSUpstreams, Decide: s.decide, Learn: s.learn,
+		Logger: s.m.opts.Logger.With("sandbox", s.id, "component", "dns"),
+	})
+	if err != nil {
+		closeAll()
+		return err
+	}
+	s.dns = dns
+	go func() {
+		if err := dns.Serve(udp, tcp); err != nil {
+			s.m.opts.Logger.Debug("dns proxy stopped", "sandbox", s.id, "err", err)
+		}
+	}()
+	if pl != nil {
+		p, err := s.newProxy()
+		if err != nil {
+			closeAll()
+			return err
+		}
+		s.proxy = p
+		go func() {
+			if err := p.Serve(pl); err != nil {
+				s.m.opts.Logger.Debug("credential proxy stopped", "sandbox", s.id, "err", err)
+			}
+		}()
+	}
+	return nil
+}
+
+// stopLocked stops the proxies (the firewall stays in the namespace).
+func (s *Sandbox) stopLocked() {
+	if s.dns != nil {
+		_ = s.dns.Close()
+		s.dns = nil
+	}
+	if s.proxy != nil {
+		_ = s.proxy.Close()
+		s.proxy = nil
+	}
+	if s.table != nil {
+		_ = s.table.Close()
+		s.table = nil
+	}
+}
+
+// Close stops serving the sandbox. The firewall goes with the namespace.
+func (s *Sandbox) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	s.stopLocked()
+	s.client.CloseIdleConnections()
+	return nil
+}
+
+// Files implements runtimes.Egress.
+func (s *Sandbox) Files() map[string][]byte {
+	f := map[string][]byte{
+		resolvConfPath: []byte("# hybox: the sandbox's resolver applies its egress policy\nnameserver 127.0.0.53\noptions edns0\n"),
+	}
+	if s.ca != nil {
+		ca := s.ca.CertPEM()
+		bundle := append(append([]byte{}, s.m.opts.SystemBundle...), '\n')
+		f[bundlePath] = append(bundle, ca...)
+		f[caPath] = ca
+	}
+	return f
+}
+
+// Env implements runtimes.Egress.
+func (s *Sandbox) Env() map[string]string {
+	if s.ca == nil {
+		return nil
+	}
+	return map[string]string{
+		"SSL_CERT_FILE":       bundlePath,
+		"REQUESTS_CA_BUNDLE":  bundlePath,
+		"CURL_CA_BUNDLE":      bundlePath,
+		"NODE_EXTRA_CA_CERTS": caPath,
+	}
+}

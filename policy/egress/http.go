@@ -1,0 +1,235 @@
+package egress
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hybox-dev/hybox/policy"
+	"github.com/hybox-dev/hybox/policy/nft"
+	"github.com/hybox-dev/hybox/vault"
+	"github.com/hybox-dev/hybox/vault/tproxy"
+)
+
+// maxRedirects bounds the redirects Do follows.
+const maxRedirects = 10
+
+// Do implements runtimes.Egress for guests without a network (wasm): the
+// request is made from this process. Every connection, redirects included,
+// is decided by the sandbox's current policy; the vault injects into each
+// hop separately (a redirect never carries an injected secret to another
+// host), and secrets echoed in response headers are redacted.
+func (s *Sandbox) Do(req *http.Request) (*http.Response, error) {
+	switch req.URL.Scheme {
+	case "http", "https":
+	default:
+		return nil, fmt.Errorf("unsupported URL scheme %q: only http and https", req.URL.Scheme)
+	}
+	if req.URL.Hostname() == "" {
+		return nil, errors.New("the URL has no host")
+	}
+	return s.client.Do(req)
+}
+
+// newClient is Do's client: a transport whose dials obey the policy,
+// wrapped by the vault's injection.
+func (s *Sandbox) newClient() *http.Client {
+	t := &http.Transport{
+		DialContext:           s.dialPolicy,
+		TLSClientConfig:       &tls.Config{RootCAs: s.m.opts.RootCAs, MinVersion: tls.VersionTLS12},
+		MaxIdleConnsPerHost:   4,
+		IdleConnTimeout:       30 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ResponseHeaderTimeout: 60 * time.Second,
+		ForceAttemptHTTP2:     true,
+	}
+	return &http.Client{
+		Transport: &injectingTransport{s: s, base: t},
+		CheckRedirect: func(req *http.Request, via []*http.Request) error {
+			if len(via) >= maxRedirects {
+				return fmt.Errorf("stopped after %d redirects", maxRedirects)
+			}
+			return nil
+		},
+	}
+}
+
+// injectingTransport lets the vault set credentials on a copy of each
+// request, so that the client's redirect logic, which copies headers from
+// the original request, never sees them.
+type injectingTransport struct {
+	s    *Sandbox
+	base *http.Transport
+}
+
+func (t *injectingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	v := t.s.vault
+	if v == nil {
+		return t.base.RoundTrip(req)
+	}
+	out := req.Clone(req.Context())
+	inj, err := v.Inject(out)
+	if err != nil {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, fmt.Errorf("credential vault: %w", err)
+	}
+	resp, err := t.base.RoundTrip(out)
+	if err != nil {
+		return nil, err
+	}
+	if len(inj.Secrets) > 0 {
+		vault.Redact(resp.Header, inj.Secrets)
+		vault.Redact(resp.Trailer, inj.Secrets)
+	}
+	return resp, nil
+}
+
+// dialPolicy resolves and dials addr only where the policy allows.
+func (s *Sandbox) dialPolicy(ctx context.Context, network, addr string) (net.Conn, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	addrs, err := s.allowedAddrs(ctx, host)
+	if err != nil {
+		return nil, err
+	}
+	d := net.Dialer{Timeout: 10 * time.Second}
+	var errs []error
+	for _, a := range addrs {
+		c, err := d.DialContext(ctx, network, net.JoinHostPort(a.String(), port))
+		if err == nil {
+			return c, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, errors.Join(errs...)
+}
+
+// allowedAddrs decides host under the current policy and returns the
+// addresses it may be reached at. A name's addresses are allowed unless an
+// IP rule denies them (the order a container's firewall applies).
+// Loopback, link-local and unspecified addresses are reached only when a
+// rule allows them explicitly: with no policy they would expose the host.
+func (s *Sandbox) allowedAddrs(ctx context.Context, host string) ([]netip.Addr, error) {
+	c := s.Policy()
+	if ip, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
+		ip = ip.Unmap()
+		d := c.Addr(ip)
+		if !d.Allow {
+			return nil, &policy.DeniedError{Target: host, Decision: d}
+		}
+		if hostOnly(ip) && d.Index < 0 {
+			return nil, fmt.Errorf("%w: %s is a host-local address; only a rule naming it allows it", policy.ErrDenied, ip)
+		}
+		return []netip.Addr{ip}, nil
+	}
+	nd := c.Name(host)
+	if !nd.Allow {
+		return nil, &policy.DeniedError{Target: host, Decision: nd}
+	}
+	ips, err := s.m.resolver.LookupNetIP(ctx, "ip", host)
+	if err != nil {
+		return nil, fmt.Errorf("resolve %s: %w", host, err)
+	}
+	var out []netip.Addr
+	var denied error
+	for _, ip := range ips {
+		ip = ip.Unmap()
+		d := c.Addr(ip)
+		if d.Index >= 0 && !d.Allow {
+			denied = &policy.DeniedError{Target: host + " (" + ip.String() + ")", Decision: d}
+			continue
+		}
+		if hostOnly(ip) && nd.Index < 0 && d.Index < 0 {
+			denied = fmt.Errorf("%w: %s resolves to host-local address %s; only a rule naming it allows it", policy.ErrDenied, host, ip)
+			continue
+		}
+		out = append(out, ip)
+	}
+	if len(out) == 0 {
+		if denied != nil {
+			return nil, denied
+		}
+		return nil, fmt.Errorf("resolve %s: no addresses", host)
+	}
+	return out, nil
+}
+
+// hostOnly reports addresses that reach the host itself or its link.
+func hostOnly(ip netip.Addr) bool {
+	return ip.IsLoopback() || ip.IsUnspecified() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast()
+}
+
+// newProxy is the container's transparent credential proxy.
+func (s *Sandbox) newProxy() (*tproxy.Proxy, error) {
+	v := s.vault
+	var d net.Dialer
+	return tproxy.New(tproxy.Config{
+		CA:          s.ca,
+		OriginalDst: nft.OriginalDst,
+		Intercept:   v.Intercepts,
+		Inject: func(req *http.Request) ([]string, error) {
+			inj, err := v.Inject(req)
+			return inj.Secrets, err
+		},
+		Redact:  vault.Redact,
+		Dial:    d.DialContext,
+		RootCAs: s.m.opts.RootCAs,
+		Logger:  s.m.opts.Logger.With("sandbox", s.id, "component", "credential-proxy"),
+	})
+}
+
+// loopbackUp brings up lo in the current network namespace (the DNS proxy
+// binds there before CNI has run).
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return err
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
+}
+
+// hostResolvers reads the nameservers of a resolv.conf.
+func hostResolvers(path string) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("no DNS upstreams configured and %w", err)
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) >= 2 && fields[0] == "nameserver" {
+			if a, err := netip.ParseAddr(fields[1]); err == nil {
+				out = append(out, net.JoinHostPort(a.String(), "53"))
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no DNS upstreams configured and %s names no nameserver", path)
+	}
+	return out, nil
+}
