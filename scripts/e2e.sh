@@ -21,6 +21,9 @@
 #      HYBOX_E2E_LOG_DIR where the server and containerd logs are kept when a
 #                        pass fails (default build/e2e-logs)
 #
+# The server gets a fresh random credential-vault key (HYBOX_VAULT_KEY) so that
+# sandboxes may enable credentialProxy.
+#
 # At exit every sandbox is deleted through the API, the server and
 # containerd are stopped, and the data directory is removed; a container
 # still known to containerd at that point fails the run.
@@ -63,6 +66,9 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); pr
 # Short path: containerd's socket lives under it (unix socket paths are limited).
 data=$(mktemp -d /tmp/hybox-e2e.XXXXXX)
 key="e2e-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+# The key sealing credential vaults (credentialProxy sandboxes), fresh per run;
+# it reaches only the server, through its environment.
+vault_key=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
 log=$data/server.log
 sock=$data/containerd/containerd.sock
 pid=""
@@ -152,7 +158,7 @@ if [ "$want_containers" = yes ]; then
 	flags=(--containerd "$sock" --runsc-binary "$data/bin/runsc-hybox")
 fi
 
-./bin/hybox serve --addr "127.0.0.1:$port" --data-dir "$data" --api-key "$key" \
+HYBOX_VAULT_KEY=$vault_key ./bin/hybox serve --addr "127.0.0.1:$port" --data-dir "$data" --api-key "$key" \
 	--guest-dir "${HYBOX_GUEST_DIR:-build/guests}" --execd-binary "$repo/bin/hybox-execd" \
 	"${flags[@]}" >"$log" 2>&1 &
 pid=$!

@@ -411,3 +411,214 @@ describe(`hybox through the OpenSandbox JS SDK (${PASS})`, () => {
     assert.deepEqual(running.items.map((s) => s.id), [sbx.id]);
   });
 });
+
+// ---------------------------------------------------------------------------
+// Egress policy and credential vault (sandbox port 18080), through the SDK's
+// public API only: Sandbox.getEgressPolicy / patchEgressRules /
+// deleteEgressRules and sandbox.credentialVault. No traffic leaves the
+// machine: only the API is exercised here (enforcement is tested in Go).
+// ---------------------------------------------------------------------------
+
+// Egress sandboxes carry their own run tag so that the list tests above,
+// which count the sandboxes tagged with RUN_ID, do not see them.
+const EGRESS_RUN = `${RUN_ID}-egress`;
+const POLICY = {
+  defaultAction: "deny",
+  egress: [
+    { action: "allow", target: "api.example.com" },
+    { action: "deny", target: "*.evil.example" },
+  ],
+};
+const SECRET = `hybox-e2e-secret-${randomUUID()}`;
+const SECRET2 = `hybox-e2e-rotated-${randomUUID()}`;
+const CREDENTIAL = "api-token";
+const BINDING = "api-bearer";
+const BINDING_MATCH = { schemes: ["https"], ports: [443], hosts: ["api.example.com"], paths: ["/*"] };
+
+function createEgressSandbox(role, opts = {}) {
+  return Sandbox.create({
+    connectionConfig: connection(),
+    image: IMAGE,
+    extensions: EXTENSIONS,
+    metadata: { suite: "hybox-e2e-js", run: EGRESS_RUN, role },
+    timeoutSeconds: 300,
+    ...opts,
+  });
+}
+
+/** Rules as plain {action, target} pairs, whatever else the server adds. */
+function rulesOf(policy) {
+  return (policy.egress ?? []).map((r) => ({ action: r.action, target: r.target }));
+}
+
+/** Assert that none of the given values (SDK results) mentions a secret. */
+function assertNoSecret(what, ...values) {
+  const text = JSON.stringify(values);
+  for (const s of [SECRET, SECRET2]) {
+    assert.ok(!text.includes(s), `${what} carries a credential value: ${text}`);
+  }
+}
+
+describe(`hybox egress API through the OpenSandbox JS SDK (${PASS})`, () => {
+  /** @type {Sandbox} networkPolicy + credentialProxy */
+  let sbx;
+  const created = [];
+  // Every body the egress API answered, as the SDK received it from the wire
+  // (observed through a wrapper around the global fetch the SDK calls); the
+  // SDK sanitises vault state, so a leaked secret would only show here.
+  const wire = [];
+  const realFetch = globalThis.fetch;
+
+  before(async () => {
+    globalThis.fetch = async (input, init) => {
+      const res = await realFetch(input, init);
+      const url = typeof input === "string" ? input : input instanceof URL ? input.href : input.url;
+      if (/\/(policy|credential-vault)(\/|\?|$)/.test(url)) {
+        wire.push({ url, status: res.status, body: await res.clone().text() });
+      }
+      return res;
+    };
+    sbx = await createEgressSandbox("egress", { networkPolicy: POLICY, credentialProxy: { enabled: true } });
+    created.push(sbx);
+  });
+
+  after(async () => {
+    globalThis.fetch = realFetch;
+    for (const s of created) {
+      try {
+        await s.kill();
+      } catch {
+        // already gone
+      }
+      await s.close();
+    }
+  });
+
+  it("reads, patches and deletes egress rules", async () => {
+    const initial = await sbx.getEgressPolicy();
+    assert.equal(initial.defaultAction, "deny");
+    assert.deepEqual(rulesOf(initial), POLICY.egress);
+
+    await sbx.patchEgressRules([{ action: "allow", target: "pypi.org" }]);
+    const patched = await sbx.getEgressPolicy();
+    assert.equal(patched.defaultAction, "deny", "a patch keeps defaultAction");
+    assert.deepEqual(rulesOf(patched), [{ action: "allow", target: "pypi.org" }, ...POLICY.egress],
+      "the new rule comes first, the others keep their order");
+
+    // A rule for a target already present replaces it and takes priority.
+    await sbx.patchEgressRules([{ action: "allow", target: "*.evil.example" }]);
+    const overridden = await sbx.getEgressPolicy();
+    assert.deepEqual(rulesOf(overridden), [
+      { action: "allow", target: "*.evil.example" },
+      { action: "allow", target: "pypi.org" },
+      { action: "allow", target: "api.example.com" },
+    ]);
+
+    // Unknown targets are ignored.
+    await sbx.deleteEgressRules(["*.evil.example", "pypi.org", "absent.example.org"]);
+    const pruned = await sbx.getEgressPolicy();
+    assert.equal(pruned.defaultAction, "deny", "a delete keeps defaultAction");
+    assert.deepEqual(rulesOf(pruned), [{ action: "allow", target: "api.example.com" }]);
+
+    const err = await expectApiStatus(sbx.patchEgressRules([{ action: "allow", target: "not a host!" }]), [400]);
+    assert.ok(err.error?.code, "the error carries a code");
+    const unchanged = await sbx.getEgressPolicy();
+    assert.deepEqual(rulesOf(unchanged), [{ action: "allow", target: "api.example.com" }],
+      "a refused patch changes nothing");
+  });
+
+  it("manages the credential vault without ever returning a secret", async () => {
+    const vault = sbx.credentialVault;
+    const results = [];
+
+    // Nothing yet.
+    await expectApiStatus(vault.get(), [404]);
+    // A binding whose host the network policy does not allow is refused.
+    await expectApiStatus(vault.create({
+      credentials: [{ name: CREDENTIAL, source: { type: "inline", value: SECRET } }],
+      bindings: [{
+        name: BINDING,
+        match: { ...BINDING_MATCH, hosts: ["not-allowed.example.org"] },
+        auth: { type: "bearer", credential: CREDENTIAL },
+      }],
+    }), [400, 403, 409, 412, 422]);
+    await expectApiStatus(vault.get(), [404]);
+
+    const state = await vault.create({
+      credentials: [{ name: CREDENTIAL, source: { type: "inline", value: SECRET } }],
+      bindings: [{ name: BINDING, match: BINDING_MATCH, auth: { type: "bearer", credential: CREDENTIAL } }],
+    });
+    results.push(state);
+    assert.equal(state.revision, 1);
+    assert.deepEqual(state.credentials, [{ name: CREDENTIAL, sourceType: "inline", revision: 1 }]);
+    assert.equal(state.bindings.length, 1);
+    const binding = state.bindings[0];
+    assert.equal(binding.name, BINDING);
+    assert.equal(binding.revision, 1);
+    assert.deepEqual(binding.match?.hosts, ["api.example.com"]);
+    assert.deepEqual(binding.match?.schemes, ["https"]);
+    assert.deepEqual(binding.match?.paths, ["/*"]);
+    assert.equal(binding.auth?.type, "bearer");
+
+    const got = await vault.get();
+    results.push(got);
+    assert.deepEqual(got, state);
+
+    const creds = await vault.listCredentials();
+    const cred = await vault.getCredential(CREDENTIAL);
+    const bindings = await vault.listBindings();
+    const one = await vault.getBinding(BINDING);
+    results.push(creds, cred, bindings, one);
+    assert.deepEqual(creds, state.credentials);
+    assert.deepEqual(cred, state.credentials[0]);
+    assert.deepEqual(bindings, state.bindings);
+    assert.deepEqual(one, binding);
+    await expectApiStatus(vault.getCredential("no-such-credential"), [404]);
+    await expectApiStatus(vault.getBinding("no-such-binding"), [404]);
+
+    const rotated = await vault.patch({
+      expectedRevision: got.revision,
+      credentials: { replace: [{ name: CREDENTIAL, source: { type: "inline", value: SECRET2 } }] },
+    });
+    results.push(rotated);
+    assert.equal(rotated.revision, got.revision + 1);
+    assert.equal(rotated.credentials.length, 1);
+    assert.equal(rotated.credentials[0].name, CREDENTIAL);
+    assert.equal(rotated.credentials[0].sourceType, "inline");
+    assert.ok(rotated.credentials[0].revision > state.credentials[0].revision, "a replaced credential gets a new revision");
+    assert.deepEqual(rotated.bindings.map((b) => b.name), [BINDING]);
+
+    // A stale expectedRevision is refused and changes nothing.
+    await expectApiStatus(vault.patch({
+      expectedRevision: got.revision,
+      credentials: { replace: [{ name: CREDENTIAL, source: { type: "inline", value: SECRET } }] },
+    }), [409, 412]);
+    const current = await vault.get();
+    results.push(current);
+    assert.deepEqual(current, rotated);
+
+    assertNoSecret("credential vault results", ...results);
+    const vaultBodies = wire.filter((w) => w.url.includes("/credential-vault"));
+    assert.ok(vaultBodies.length >= results.length, `saw ${vaultBodies.length} credential-vault responses`);
+    for (const w of vaultBodies) {
+      assert.ok(!w.body.includes(SECRET) && !w.body.includes(SECRET2), `${w.url} (${w.status}) answered a credential value: ${w.body}`);
+    }
+
+    await vault.delete();
+    await expectApiStatus(vault.get(), [404]);
+    await expectApiStatus(vault.listCredentials(), [404]);
+  });
+
+  it("reports allow-all for a sandbox created without a network policy", async () => {
+    const open = await createEgressSandbox("egress-open");
+    created.push(open);
+    const p = await open.getEgressPolicy();
+    assert.equal(p.defaultAction, "allow");
+    assert.deepEqual(p.egress ?? [], []);
+    // The vault needs credentialProxy (and a network policy) at create.
+    await expectApiStatus(open.credentialVault.create({
+      credentials: [{ name: CREDENTIAL, source: { type: "inline", value: SECRET } }],
+      bindings: [{ name: BINDING, match: BINDING_MATCH, auth: { type: "bearer", credential: CREDENTIAL } }],
+    }), [400, 403, 409, 412]);
+  });
+});

@@ -11,17 +11,20 @@ The same tests run against wasm and container sandboxes; only what is
 wasm-specific differs (sys.platform, the code-interpreter image routing).
 
 Tests run in file order and share two sandboxes (module fixtures); the kill test
-runs last.
+runs last. The egress tests use sandboxes of their own, tagged with a separate
+run id so the list tests do not count them.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
 import uuid
 from datetime import datetime, timedelta, timezone
 
+import httpx
 import pytest
 from code_interpreter import CodeInterpreterSync
 from code_interpreter.models.code_sync import SupportedLanguageSync
@@ -31,7 +34,18 @@ from code_interpreter.sync.code_interpreter import RUNTIME_PROCESS_CHECK_COMMAND
 from opensandbox.exceptions import SandboxApiException, SandboxReadyTimeoutException
 from opensandbox.models.execd import RunCommandOpts
 from opensandbox.models.filesystem import DirectoryListEntry, SearchEntry, WriteEntry
-from opensandbox.models.sandboxes import SandboxFilter
+from opensandbox.models.sandboxes import (
+    Credential,
+    CredentialAuth,
+    CredentialBinding,
+    CredentialMetadata,
+    CredentialMutationSet,
+    CredentialProxyConfig,
+    InlineCredentialSource,
+    NetworkPolicy,
+    NetworkRule,
+    SandboxFilter,
+)
 
 BASE_URL = os.environ.get("HYBOX_E2E_URL", "").rstrip("/")
 API_KEY = os.environ.get("OPEN_SANDBOX_API_KEY", "")
@@ -396,6 +410,299 @@ def test_list_by_metadata_and_state(manager, sandbox, second_sandbox):
     assert len(page.sandbox_infos) == 1
     assert page.pagination.has_next_page is True
     assert page.pagination.total_pages == 2
+
+
+# ---------------------------------------------------------------------------
+# Egress policy and credential vault (sandbox port 18080), through the SDK's
+# public API only: get_egress_policy / patch_egress_rules / delete_egress_rules
+# and sandbox.credential_vault. No traffic leaves the machine: only the API is
+# exercised here (enforcement is tested in Go).
+# ---------------------------------------------------------------------------
+
+# Egress sandboxes carry their own run tag so that the list tests, which count
+# the sandboxes tagged with RUN_ID, do not see them.
+EGRESS_RUN = f"{RUN_ID}-egress"
+POLICY_RULES = [("allow", "api.example.com"), ("deny", "*.evil.example")]
+SECRET = f"hybox-e2e-secret-{uuid.uuid4()}"
+SECRET2 = f"hybox-e2e-rotated-{uuid.uuid4()}"
+CREDENTIAL = "api-token"
+BINDING = "api-bearer"
+BINDING_MATCH = {
+    "schemes": ["https"],
+    "ports": [443],
+    "hosts": ["api.example.com"],
+    "paths": ["/*"],
+}
+EGRESS_PATH = re.compile(r"/(policy|credential-vault)(/|\?|$)")
+
+
+class _TeeStream(httpx.SyncByteStream):
+    """A response stream that hands the bytes it carried to sink when closed."""
+
+    def __init__(self, inner: httpx.SyncByteStream, sink) -> None:
+        self._inner = inner
+        self._sink = sink
+        self._chunks: list[bytes] = []
+
+    def __iter__(self):
+        for chunk in self._inner:
+            self._chunks.append(chunk)
+            yield chunk
+
+    def close(self) -> None:
+        self._inner.close()
+        self._sink(b"".join(self._chunks))
+
+
+class RecordingTransport(httpx.BaseTransport):
+    """The httpx transport handed to the SDK (ConnectionConfigSync.transport):
+    it records every egress API response body as it came off the wire. The SDK
+    parses vault state into its own models, so a leaked secret would only show
+    here."""
+
+    def __init__(self) -> None:
+        self._inner = httpx.HTTPTransport()
+        self.bodies: list[tuple[str, int, bytes]] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = self._inner.handle_request(request)
+        url = str(request.url)
+        if not EGRESS_PATH.search(request.url.path):
+            return response
+        status = response.status_code
+        return httpx.Response(
+            status_code=status,
+            headers=response.headers,
+            stream=_TeeStream(
+                response.stream, lambda body: self.bodies.append((url, status, body))
+            ),
+            extensions=response.extensions,
+        )
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+def create_egress_sandbox(role: str, transport=None, **kwargs) -> SandboxSync:
+    config = ConnectionConfigSync(
+        domain=BASE_URL,
+        api_key=API_KEY,
+        request_timeout=timedelta(seconds=60),
+        **({"transport": transport} if transport is not None else {}),
+    )
+    return SandboxSync.create(
+        IMAGE,
+        connection_config=config,
+        extensions=EXTENSIONS,
+        metadata={"suite": "hybox-e2e-py", "run": EGRESS_RUN, "role": role},
+        timeout=timedelta(minutes=5),
+        **kwargs,
+    )
+
+
+def rules_of(policy: NetworkPolicy) -> list[tuple[str, str]]:
+    return [(r.action, r.target) for r in policy.egress or []]
+
+
+def api_error(call, statuses):
+    """call() must fail with the SDK's API exception, with one of statuses."""
+    with pytest.raises(SandboxApiException) as excinfo:
+        call()
+    assert excinfo.value.status_code in statuses, repr(excinfo.value)
+    return excinfo.value
+
+
+def as_json(value) -> str:
+    def plain(v):
+        if isinstance(v, list):
+            return [plain(x) for x in v]
+        if hasattr(v, "model_dump"):
+            return v.model_dump(mode="json", by_alias=True)
+        return v
+
+    return json.dumps(plain(value))
+
+
+def vault_request(secret: str, hosts: list[str] | None = None) -> dict:
+    return {
+        "credentials": [
+            Credential(name=CREDENTIAL, source=InlineCredentialSource(value=secret))
+        ],
+        "bindings": [
+            CredentialBinding(
+                name=BINDING,
+                match={**BINDING_MATCH, **({"hosts": hosts} if hosts else {})},
+                auth=CredentialAuth(type="bearer", credential=CREDENTIAL),
+            )
+        ],
+    }
+
+
+@pytest.fixture(scope="module")
+def egress_wire():
+    transport = RecordingTransport()
+    yield transport
+    transport.close()
+
+
+@pytest.fixture(scope="module")
+def egress_sandbox(egress_wire):
+    """A sandbox with a deny-by-default network policy and the credential proxy."""
+    sbx = create_egress_sandbox(
+        "egress",
+        transport=egress_wire,
+        network_policy=NetworkPolicy(
+            default_action="deny",
+            egress=[NetworkRule(action=a, target=t) for a, t in POLICY_RULES],
+        ),
+        credential_proxy=CredentialProxyConfig(enabled=True),
+    )
+    yield sbx
+    try:
+        sbx.kill()
+    except Exception:
+        pass
+    sbx.close()
+
+
+def test_egress_rules(egress_sandbox):
+    sbx = egress_sandbox
+    initial = sbx.get_egress_policy()
+    assert initial.default_action == "deny"
+    assert rules_of(initial) == POLICY_RULES
+
+    sbx.patch_egress_rules([NetworkRule(action="allow", target="pypi.org")])
+    patched = sbx.get_egress_policy()
+    assert patched.default_action == "deny", "a patch keeps defaultAction"
+    # The new rule comes first, the others keep their order.
+    assert rules_of(patched) == [("allow", "pypi.org"), *POLICY_RULES]
+
+    # A rule for a target already present replaces it and takes priority.
+    sbx.patch_egress_rules([NetworkRule(action="allow", target="*.evil.example")])
+    assert rules_of(sbx.get_egress_policy()) == [
+        ("allow", "*.evil.example"),
+        ("allow", "pypi.org"),
+        ("allow", "api.example.com"),
+    ]
+
+    # Unknown targets are ignored.
+    sbx.delete_egress_rules(["*.evil.example", "pypi.org", "absent.example.org"])
+    pruned = sbx.get_egress_policy()
+    assert pruned.default_action == "deny", "a delete keeps defaultAction"
+    assert rules_of(pruned) == [("allow", "api.example.com")]
+
+    err = api_error(
+        lambda: sbx.patch_egress_rules([NetworkRule(action="allow", target="not a host!")]),
+        [400],
+    )
+    assert err.error is not None and err.error.code, repr(err)
+    # A refused patch changes nothing.
+    assert rules_of(sbx.get_egress_policy()) == [("allow", "api.example.com")]
+
+
+def test_credential_vault(egress_sandbox, egress_wire):
+    vault = egress_sandbox.credential_vault
+    results = []
+
+    # Nothing yet.
+    api_error(vault.get, [404])
+    # A binding whose host the network policy does not allow is refused.
+    api_error(
+        lambda: vault.create(**vault_request(SECRET, hosts=["not-allowed.example.org"])),
+        [400, 403, 409, 412, 422],
+    )
+    api_error(vault.get, [404])
+
+    state = vault.create(**vault_request(SECRET))
+    results.append(state)
+    assert state.revision == 1
+    assert state.credentials == [
+        CredentialMetadata(name=CREDENTIAL, source_type="inline", revision=1)
+    ]
+    assert len(state.bindings) == 1
+    binding = state.bindings[0]
+    assert binding.name == BINDING
+    assert binding.revision == 1
+    assert binding.match is not None
+    assert binding.match.hosts == ["api.example.com"]
+    assert binding.match.schemes == ["https"]
+    assert binding.match.paths == ["/*"]
+    assert binding.auth is not None and binding.auth.type == "bearer"
+
+    got = vault.get()
+    results.append(got)
+    assert got == state
+
+    creds = vault.list_credentials()
+    cred = vault.get_credential(CREDENTIAL)
+    bindings = vault.list_bindings()
+    one = vault.get_binding(BINDING)
+    results += [creds, cred, bindings, one]
+    assert creds == state.credentials
+    assert cred == state.credentials[0]
+    assert bindings == state.bindings
+    assert one == binding
+    api_error(lambda: vault.get_credential("no-such-credential"), [404])
+    api_error(lambda: vault.get_binding("no-such-binding"), [404])
+
+    rotated = vault.patch(
+        expected_revision=got.revision,
+        credentials=CredentialMutationSet(
+            replace=[Credential(name=CREDENTIAL, source=InlineCredentialSource(value=SECRET2))]
+        ),
+    )
+    results.append(rotated)
+    assert rotated.revision == got.revision + 1
+    assert [(c.name, c.source_type) for c in rotated.credentials] == [(CREDENTIAL, "inline")]
+    assert rotated.credentials[0].revision > state.credentials[0].revision, (
+        "a replaced credential gets a new revision"
+    )
+    assert [b.name for b in rotated.bindings] == [BINDING]
+
+    # A stale expectedRevision is refused and changes nothing.
+    api_error(
+        lambda: vault.patch(
+            expected_revision=got.revision,
+            credentials=CredentialMutationSet(
+                replace=[Credential(name=CREDENTIAL, source=InlineCredentialSource(value=SECRET))]
+            ),
+        ),
+        [409, 412],
+    )
+    current = vault.get()
+    results.append(current)
+    assert current == rotated
+
+    text = as_json(results)
+    assert SECRET not in text and SECRET2 not in text, text
+    bodies = [b for b in egress_wire.bodies if "/credential-vault" in b[0]]
+    assert len(bodies) >= len(results), f"saw {len(bodies)} credential-vault responses"
+    for url, status, body in bodies:
+        assert SECRET.encode() not in body and SECRET2.encode() not in body, (
+            f"{url} ({status}) answered a credential value: {body!r}"
+        )
+
+    vault.delete()
+    api_error(vault.get, [404])
+    api_error(vault.list_credentials, [404])
+
+
+def test_egress_without_network_policy():
+    sbx = create_egress_sandbox("egress-open")
+    try:
+        policy = sbx.get_egress_policy()
+        assert policy.default_action == "allow"
+        assert not policy.egress
+        # The vault needs credentialProxy (and a network policy) at create.
+        api_error(
+            lambda: sbx.credential_vault.create(**vault_request(SECRET)),
+            [400, 403, 409, 412],
+        )
+    finally:
+        try:
+            sbx.kill()
+        finally:
+            sbx.close()
 
 
 def test_wrong_api_key_is_401():
