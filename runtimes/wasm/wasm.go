@@ -3,7 +3,9 @@
 // persistent CPython and QuickJS interpreters running under wazero, and a
 // POSIX shell interpreter whose programs resolve to those guests and to
 // built-in utilities. Nothing of the host is reachable: no host process is
-// ever started and guests have no sockets.
+// ever started and guests have no sockets. Their only way out is HTTP(S)
+// through the sandbox's runtimes.Egress (fetch in JavaScript, hybox_http and
+// urllib.request in Python), under its policy.
 package wasm
 
 import (
@@ -26,9 +28,11 @@ import (
 )
 
 // Guest runs one interpreter language: persistent contexts and one-shot
-// commands. pyguest.Manager and jsguest.Manager implement it.
+// commands. pyguest.Manager and jsguest.Manager implement it. Guests have
+// no sockets: their HTTP requests go through eg (NewInterpreter) or
+// cmd.Egress (RunCommand), the sandbox's runtimes.Egress; nil means none.
 type Guest interface {
-	NewInterpreter(ctx context.Context, root *os.Root, cwd string, memLimitBytes int64) (execd.Interpreter, error)
+	NewInterpreter(ctx context.Context, root *os.Root, cwd string, memLimitBytes int64, eg engine.Egress) (execd.Interpreter, error)
 	RunCommand(ctx context.Context, cmd engine.Command) (int, error)
 }
 
@@ -153,19 +157,28 @@ func (r *Runtime) open(spec runtimes.Spec) (*Sandbox, error) {
 	for k, v := range spec.Env {
 		env[k] = v
 	}
-	s := &Sandbox{rt: r, root: root, mem: mem, env: env, created: time.Now()}
+	var eg engine.Egress = spec.Egress // nil stays nil: no network
+	s := &Sandbox{rt: r, root: root, mem: mem, env: env, egress: eg, created: time.Now()}
 	s.shell = wsh.Options{
 		Root: root,
 		Programs: map[string]wsh.Program{
-			"python":  r.opts.Python.RunCommand,
-			"python3": r.opts.Python.RunCommand,
-			"node":    r.opts.JavaScript.RunCommand,
+			"python":  withEgress(r.opts.Python.RunCommand, eg),
+			"python3": withEgress(r.opts.Python.RunCommand, eg),
+			"node":    withEgress(r.opts.JavaScript.RunCommand, eg),
 		},
 		Env:              env,
 		MemoryLimitBytes: mem,
 		UnknownHint:      "(this is a wasm sandbox: only python, python3, node and built-in utilities run here; create the sandbox with extensions {\"hybox.io/runtime\":\"runc\"} to run other programs)",
 	}
 	return s, nil
+}
+
+// withEgress returns prog with its commands' HTTP requests going through eg.
+func withEgress(prog wsh.Program, eg engine.Egress) wsh.Program {
+	return func(ctx context.Context, cmd engine.Command) (int, error) {
+		cmd.Egress = eg
+		return prog(ctx, cmd)
+	}
 }
 
 // handler returns the execd handler, building it on first use: an idle
@@ -191,6 +204,7 @@ type Sandbox struct {
 	root    *os.Root
 	mem     int64
 	env     map[string]string
+	egress  engine.Egress // nil = no network
 	shell   wsh.Options
 	execd   *execd.Handler
 	created time.Time
@@ -272,9 +286,9 @@ func (s *Sandbox) NewInterpreter(ctx context.Context, language, cwd string) (exe
 	}
 	switch language {
 	case "python":
-		return s.rt.opts.Python.NewInterpreter(ctx, s.root, cwd, s.mem)
+		return s.rt.opts.Python.NewInterpreter(ctx, s.root, cwd, s.mem, s.egress)
 	case "javascript":
-		return s.rt.opts.JavaScript.NewInterpreter(ctx, s.root, cwd, s.mem)
+		return s.rt.opts.JavaScript.NewInterpreter(ctx, s.root, cwd, s.mem, s.egress)
 	case "typescript":
 		return nil, fmt.Errorf("%w: typescript is not available in a wasm sandbox; use javascript, or create the sandbox with extensions {\"hybox.io/runtime\":\"runc\"} and an image with a TypeScript runtime", execd.ErrUnknownLanguage)
 	default:

@@ -1,10 +1,23 @@
 package wasm_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"testing"
+	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hybox-dev/hybox/execd"
 	"github.com/hybox-dev/hybox/internal/testenv"
+	"github.com/hybox-dev/hybox/runtimes"
 	"github.com/hybox-dev/hybox/runtimes/runtimetest"
 	"github.com/hybox-dev/hybox/runtimes/wasm"
 )
@@ -16,4 +29,107 @@ func TestConformance(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = stop() })
 	runtimetest.Run(t, runtimetest.Config{Runtime: rt, Image: "wasm://default"})
+}
+
+// loopEgress is a runtimes.Egress on a real http.Client that reaches only
+// the loopback test server; host "denied.test" is refused like a policy.
+type loopEgress struct{ c *http.Client }
+
+var _ runtimes.Egress = loopEgress{}
+
+func (e loopEgress) Do(req *http.Request) (*http.Response, error) {
+	if req.URL.Hostname() == "denied.test" {
+		return nil, errors.New("egress to denied.test denied by rule 0 (deny denied.test)")
+	}
+	return e.c.Do(req)
+}
+func (loopEgress) Enforce(context.Context, string) error { return nil }
+func (loopEgress) Files() map[string][]byte              { return nil }
+func (loopEgress) Env() map[string]string                { return nil }
+
+// recorder collects an execution's stdout.
+type recorder struct{ bytes.Buffer }
+
+func (r *recorder) Stdout(p []byte)          { r.Write(p) }
+func (r *recorder) Stderr(p []byte)          { r.Write(p) }
+func (r *recorder) Result(map[string]string) {}
+
+// TestEgress checks that both guests reach the network only through the
+// sandbox's Egress, from code contexts and from shell commands, and that a
+// sandbox without one has no network.
+func TestEgress(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "pong")
+	}))
+	t.Cleanup(srv.Close)
+	rt, stop, err := wasm.Setup(context.Background(), wasm.SetupOptions{Engine: testenv.Engine(t), PythonPool: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = stop() })
+
+	newSandbox := func(t *testing.T, eg runtimes.Egress, restore bool) runtimes.Sandbox {
+		spec := runtimes.Spec{ID: "egress", Image: "wasm://default", Dir: t.TempDir(), Egress: eg}
+		sb, err := rt.Create(context.Background(), spec)
+		require.NoError(t, err)
+		if restore {
+			require.NoError(t, sb.Close(context.Background()))
+			sb, err = rt.Restore(context.Background(), spec)
+			require.NoError(t, err)
+		}
+		t.Cleanup(func() { _ = sb.Close(context.Background()) })
+		require.NoError(t, os.WriteFile(filepath.Join(spec.Dir, "fs", "workspace", "get.py"),
+			[]byte("import sys, urllib.request\nprint(urllib.request.urlopen(sys.argv[1]).read().decode())\n"), 0o644))
+		require.NoError(t, os.WriteFile(filepath.Join(spec.Dir, "fs", "workspace", "get.js"),
+			[]byte("fetch(process.argv[2]).then((r) => r.text()).then(console.log, (e) => console.log(e.message))\n"), 0o644))
+		return sb
+	}
+	code := map[string]string{
+		"python":     "import urllib.request\ntry:\n    print(urllib.request.urlopen(URL).read().decode())\nexcept Exception as e:\n    print(e.reason)",
+		"javascript": "console.log(await fetch(URL).then((r) => r.text(), (e) => e.message))",
+	}
+	eg := loopEgress{c: &http.Client{}}
+	for _, c := range []struct {
+		name    string
+		eg      runtimes.Egress
+		restore bool
+		url     string
+		want    string
+		cmds    bool // also run shell commands (each starts a fresh guest)
+	}{
+		{"allowed", eg, false, srv.URL, "pong", true},
+		{"restored", eg, true, srv.URL, "pong", false},
+		{"denied", eg, false, "http://denied.test/", "egress to denied.test denied by rule 0 (deny denied.test)", false},
+		{"no egress", nil, false, srv.URL, "this sandbox has no network access", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			sb := newSandbox(t, c.eg, c.restore)
+			be := sb.(execd.Backend)
+			for _, lang := range []string{"python", "javascript"} {
+				it, err := be.NewInterpreter(context.Background(), lang, "")
+				require.NoError(t, err)
+				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+				var rec recorder
+				src := "URL = '" + c.url + "'\n" + code[lang]
+				if lang == "javascript" {
+					src = "var URL = '" + c.url + "';\n" + code[lang]
+				}
+				xerr, err := it.Run(ctx, src, &rec)
+				cancel()
+				_ = it.Close()
+				require.NoError(t, err)
+				require.Nil(t, xerr, "%s: %+v", lang, xerr)
+				assert.Equal(t, c.want+"\n", rec.String(), lang)
+			}
+			if !c.cmds {
+				return
+			}
+			for _, cmd := range []string{"python3 get.py " + c.url, "node get.js " + c.url} {
+				var out bytes.Buffer
+				p, err := be.StartCommand(context.Background(), execd.ProcessSpec{Command: cmd, Stdout: &out, Stderr: &out})
+				require.NoError(t, err)
+				_, err = p.Wait()
+				require.NoError(t, err)
+				assert.Contains(t, out.String(), c.want, cmd)
+			}
+		})
+	}
 }

@@ -235,4 +235,6 @@ type Command struct {
 	Env    map[string]string // environment
 	// MemoryLimitBytes caps the instance's linear memory (0 = runtime default).
 	MemoryLimitBytes int64
+	// Egress carries the program's HTTP requests (nil = no network).
+	Egress Egress
 }

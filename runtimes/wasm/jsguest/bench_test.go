@@ -17,7 +17,7 @@ func BenchmarkNewInterpreter(b *testing.B) {
 	ctx := context.Background()
 	b.ResetTimer()
 	for b.Loop() {
-		it, err := m.NewInterpreter(ctx, nil, "/", 0)
+		it, err := m.NewInterpreter(ctx, nil, "/", 0, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -28,7 +28,7 @@ func BenchmarkNewInterpreter(b *testing.B) {
 func BenchmarkRunOnePlusOne(b *testing.B) {
 	m := newManager(b, Options{})
 	ctx := context.Background()
-	it, err := m.NewInterpreter(ctx, nil, "/", 0)
+	it, err := m.NewInterpreter(ctx, nil, "/", 0, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -101,7 +101,7 @@ type versionCache struct {
 // RunCommand runs a `node` command line: `node -e CODE`, `node -p EXPR`,
 // `node FILE.js [args]`, `node -` or `node` with a script on stdin, and
 // `node --version` (which prints a node-compatible version noting
-// QuickJS). Output is written to cmd.Stdout and cmd.Stderr as it is
+// QuickJS). fetch sends HTTP requests through cmd.Egress. Output is written to cmd.Stdout and cmd.Stderr as it is
 // produced, without a cap. The result is the script's exit code: 0, the
 // code given to process.exit or process.exitCode, 1 after an uncaught
 // error (printed to stderr like node does), 9 for a bad option.
@@ -170,7 +170,7 @@ func (m *Manager) RunCommand(ctx context.Context, cmd engine.Command) (int, erro
 	}
 	pargv = append(pargv, inv.args...)
 
-	v, err := m.newConfiguredVM(ctx, cmd.Root, cwd, memLimit, pargv, cmd.Env)
+	v, err := m.newConfiguredVM(ctx, cmd.Root, cwd, memLimit, cmd.Egress, pargv, cmd.Env)
 	if err != nil {
 		return -1, err
 	}

@@ -18,7 +18,7 @@ import (
 
 // Names of the host functions the prelude receives. Each is installed as a
 // global before the prelude runs; the prelude captures and deletes them.
-var hostFuncNames = []string{"__hy_stdout", "__hy_stderr", "__hy_exit", "__hy_stdin", "__hy_fs", "__hy_pstate", "__hy_presult"}
+var hostFuncNames = []string{"__hy_stdout", "__hy_stderr", "__hy_exit", "__hy_stdin", "__hy_fs", "__hy_pstate", "__hy_presult", "__hy_fetch"}
 
 // runIO is where one run's output goes and what it may read.
 type runIO struct {
@@ -113,6 +113,8 @@ func (v *vm) dispatch(name string, args []uint32) uint32 {
 		return v.readStdin()
 	case "__hy_fs":
 		return v.fsOp(args)
+	case "__hy_fetch":
+		return v.fetch(args)
 	case "__hy_pstate":
 		if len(args) == 0 || v.call32(v.x.isPromise, uint64(args[0])) == 0 {
 			return v.call32(v.x.newNumber, api.EncodeF64(-1))

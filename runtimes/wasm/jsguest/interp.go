@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/hybox-dev/hybox/execd"
+	"github.com/hybox-dev/hybox/runtimes/wasm/engine"
 )
 
 // interpreter is a persistent JavaScript context (execd.Interpreter).
@@ -19,6 +20,7 @@ type interpreter struct {
 	root     *os.Root
 	cwd      string
 	memLimit int64
+	egress   engine.Egress
 
 	mu      sync.Mutex
 	vm      *vm // nil after the state was lost; recreated by the next Run
@@ -30,7 +32,7 @@ var _ execd.Interpreter = (*interpreter)(nil)
 
 // start creates the VM.
 func (it *interpreter) start(ctx context.Context) error {
-	v, err := it.m.newConfiguredVM(ctx, it.root, it.cwd, it.memLimit, []string{"/usr/local/bin/node"}, nil)
+	v, err := it.m.newConfiguredVM(ctx, it.root, it.cwd, it.memLimit, it.egress, []string{"/usr/local/bin/node"}, nil)
 	if err != nil {
 		return err
 	}

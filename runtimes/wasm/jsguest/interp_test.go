@@ -81,7 +81,7 @@ func newManager(t testing.TB, opts Options) *Manager {
 
 func newInterp(t testing.TB, m *Manager, root *os.Root, memLimit int64) execd.Interpreter {
 	t.Helper()
-	it, err := m.NewInterpreter(context.Background(), root, "/", memLimit)
+	it, err := m.NewInterpreter(context.Background(), root, "/", memLimit, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -454,7 +454,7 @@ func TestConcurrentInterpreters(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			it, err := m.NewInterpreter(context.Background(), nil, "/", 0)
+			it, err := m.NewInterpreter(context.Background(), nil, "/", 0, nil)
 			if err != nil {
 				errs <- err
 				return
@@ -499,7 +499,7 @@ func TestClosed(t *testing.T) {
 	if err := m.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.NewInterpreter(context.Background(), nil, "/", 0); !errors.Is(err, ErrClosed) {
+	if _, err := m.NewInterpreter(context.Background(), nil, "/", 0, nil); !errors.Is(err, ErrClosed) {
 		t.Errorf("NewInterpreter after Close: %v", err)
 	}
 }

@@ -139,18 +139,19 @@ func (m *Manager) isClosed() bool {
 // function and class declarations persist between runs (re-declaring a
 // let/const name is a SyntaxError, as in a browser console). Top-level
 // await is supported. The text/plain result is rendered like node's REPL:
-// strings are quoted ('abc'), objects use util.inspect style.
+// strings are quoted ('abc'), objects use util.inspect style. fetch sends
+// HTTP requests through eg (nil = the sandbox has no network).
 //
 // # Errors
 // ErrClosed after Close; a failure to instantiate or initialise the guest.
-func (m *Manager) NewInterpreter(ctx context.Context, root *os.Root, cwd string, memLimitBytes int64) (execd.Interpreter, error) {
+func (m *Manager) NewInterpreter(ctx context.Context, root *os.Root, cwd string, memLimitBytes int64, eg engine.Egress) (execd.Interpreter, error) {
 	if m.isClosed() {
 		return nil, ErrClosed
 	}
 	if memLimitBytes <= 0 {
 		memLimitBytes = m.opts.MemoryLimitBytes
 	}
-	it := &interpreter{m: m, root: root, cwd: cleanCwd(cwd), memLimit: memLimitBytes}
+	it := &interpreter{m: m, root: root, cwd: cleanCwd(cwd), memLimit: memLimitBytes, egress: eg}
 	if err := it.start(ctx); err != nil {
 		return nil, err
 	}
@@ -171,15 +172,16 @@ func cleanCwd(cwd string) string {
 	return path.Clean("/" + cwd)
 }
 
-// newConfiguredVM creates a VM bound to root and cwd with the given process
-// setup (argv, env).
-func (m *Manager) newConfiguredVM(ctx context.Context, root *os.Root, cwd string, memLimit int64, argv []string, env map[string]string) (*vm, error) {
+// newConfiguredVM creates a VM bound to root, cwd and eg with the given
+// process setup (argv, env).
+func (m *Manager) newConfiguredVM(ctx context.Context, root *os.Root, cwd string, memLimit int64, eg engine.Egress, argv []string, env map[string]string) (*vm, error) {
 	v, err := m.newVM(ctx, memLimit)
 	if err != nil {
 		return nil, err
 	}
 	v.root = root
 	v.cwd = cwd
+	v.egress = eg
 	if env == nil {
 		env = map[string]string{}
 	}

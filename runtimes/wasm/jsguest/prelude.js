@@ -1,13 +1,15 @@
-// hybox prelude: node-like globals for QuickJS. Evaluated once per VM; the
-// value of this script is the internal object the Go host calls into.
+// hybox prelude: node-like globals for QuickJS (console, timers, fs, fetch).
+// Evaluated once per VM; the value of this script is the internal object the
+// Go host calls into.
 (function () {
   'use strict';
   const G = globalThis;
   const host = {
     stdout: G.__hy_stdout, stderr: G.__hy_stderr, exit: G.__hy_exit,
     stdin: G.__hy_stdin, fs: G.__hy_fs, pstate: G.__hy_pstate, presult: G.__hy_presult,
+    fetch: G.__hy_fetch,
   };
-  for (const k of ['__hy_stdout', '__hy_stderr', '__hy_exit', '__hy_stdin', '__hy_fs', '__hy_pstate', '__hy_presult']) delete G[k];
+  for (const k of ['__hy_stdout', '__hy_stderr', '__hy_exit', '__hy_stdin', '__hy_fs', '__hy_pstate', '__hy_presult', '__hy_fetch']) delete G[k];
 
   const hide = (obj, name, value) => Object.defineProperty(obj, name, { value, writable: true, configurable: true, enumerable: false });
 
@@ -770,6 +772,235 @@
     return out;
   }
   hide(Math, 'random', { random() { return ((next32() >>> 5) * 67108864 + (next32() >>> 6)) / 9007199254740992; } }.random);
+
+  // ---------------------------------------------------------------- fetch
+  // A WHATWG-like subset. The host performs each request synchronously
+  // under the sandbox's egress policy; the promise is settled on return.
+  const tokenRe = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+  function headerName(n) {
+    n = String(n);
+    if (!tokenRe.test(n)) throw new TypeError('Headers: invalid header name "' + n + '"');
+    return n.toLowerCase();
+  }
+  function headerValue(v) {
+    v = String(v).replace(/^[\t\n\r ]+|[\t\n\r ]+$/g, '');
+    if (/[\0\r\n]/.test(v)) throw new TypeError('Headers: invalid header value "' + v + '"');
+    return v;
+  }
+  class Headers {
+    constructor(init) {
+      hide(this, '_list', []);
+      if (init === undefined || init === null) return;
+      if (init instanceof Headers) { for (const [k, v] of init._list) this._list.push([k, v]); return; }
+      if (typeof init !== 'object' && typeof init !== 'function') throw new TypeError("Headers: init must be an object, an array of pairs or Headers");
+      if (typeof init[Symbol.iterator] === 'function') {
+        for (const pair of init) {
+          const p = Array.from(pair);
+          if (p.length !== 2) throw new TypeError('Headers: each header pair must be [name, value]');
+          this.append(p[0], p[1]);
+        }
+        return;
+      }
+      for (const k of Object.keys(init)) this.append(k, init[k]);
+    }
+    append(name, value) { this._list.push([headerName(name), headerValue(value)]); }
+    set(name, value) {
+      const n = headerName(name), v = headerValue(value);
+      const i = this._list.findIndex((e) => e[0] === n);
+      if (i < 0) { this._list.push([n, v]); return; }
+      this._list[i][1] = v;
+      for (let j = this._list.length - 1; j > i; j--) if (this._list[j][0] === n) this._list.splice(j, 1);
+    }
+    delete(name) { const n = headerName(name); for (let j = this._list.length - 1; j >= 0; j--) if (this._list[j][0] === n) this._list.splice(j, 1); }
+    get(name) {
+      const n = headerName(name);
+      const vs = this._list.filter((e) => e[0] === n).map((e) => e[1]);
+      return vs.length ? vs.join(', ') : null;
+    }
+    getSetCookie() { return this._list.filter((e) => e[0] === 'set-cookie').map((e) => e[1]); }
+    has(name) { const n = headerName(name); return this._list.some((e) => e[0] === n); }
+    *entries() {
+      const names = [...new Set(this._list.map((e) => e[0]))].sort();
+      for (const n of names) {
+        if (n === 'set-cookie') for (const c of this.getSetCookie()) yield [n, c];
+        else yield [n, this.get(n)];
+      }
+    }
+    *keys() { for (const [k] of this.entries()) yield k; }
+    *values() { for (const [, v] of this.entries()) yield v; }
+    forEach(fn, thisArg) { for (const [k, v] of this.entries()) fn.call(thisArg, v, k, this); }
+    [Symbol.iterator]() { return this.entries(); }
+    get [Symbol.toStringTag]() { return 'Headers'; }
+  }
+  hide(G, 'Headers', Headers);
+
+  function formEncode(s) {
+    return Array.from(utf8Encode(s), (b) => (
+      (b >= 0x30 && b <= 0x39) || (b >= 0x41 && b <= 0x5a) || (b >= 0x61 && b <= 0x7a) || b === 0x2a || b === 0x2d || b === 0x2e || b === 0x5f
+        ? String.fromCharCode(b) : b === 0x20 ? '+' : '%' + b.toString(16).toUpperCase().padStart(2, '0'))).join('');
+  }
+  function formDecode(s) {
+    const bytes = [];
+    s = s.replace(/\+/g, ' ');
+    for (let i = 0; i < s.length; i++) {
+      if (s[i] === '%' && /^[0-9A-Fa-f]{2}$/.test(s.substr(i + 1, 2))) { bytes.push(parseInt(s.substr(i + 1, 2), 16)); i += 2; } else for (const b of utf8Encode(s[i])) bytes.push(b);
+    }
+    return utf8Decode(new Uint8Array(bytes));
+  }
+  if (typeof G.URLSearchParams !== 'function') {
+    class URLSearchParams {
+      constructor(init) {
+        hide(this, '_list', []);
+        if (init === undefined || init === null) return;
+        if (init instanceof URLSearchParams) { this._list.push(...init._list.map((e) => [e[0], e[1]])); return; }
+        if (typeof init === 'object') {
+          if (typeof init[Symbol.iterator] === 'function') { for (const p of init) { const a = Array.from(p); if (a.length !== 2) throw new TypeError('URLSearchParams: each pair must be [name, value]'); this.append(a[0], a[1]); } } else for (const k of Object.keys(init)) this.append(k, init[k]);
+          return;
+        }
+        let s = String(init);
+        if (s.startsWith('?')) s = s.slice(1);
+        for (const part of s.split('&')) {
+          if (!part) continue;
+          const i = part.indexOf('=');
+          this._list.push(i < 0 ? [formDecode(part), ''] : [formDecode(part.slice(0, i)), formDecode(part.slice(i + 1))]);
+        }
+      }
+      append(k, v) { this._list.push([String(k), String(v)]); }
+      set(k, v) { k = String(k); const i = this._list.findIndex((e) => e[0] === k); if (i < 0) this._list.push([k, String(v)]); else { this._list[i][1] = String(v); this._list = this._list.filter((e, j) => j <= i || e[0] !== k); } }
+      get(k) { const e = this._list.find((x) => x[0] === String(k)); return e ? e[1] : null; }
+      getAll(k) { return this._list.filter((x) => x[0] === String(k)).map((x) => x[1]); }
+      has(k) { return this._list.some((x) => x[0] === String(k)); }
+      delete(k) { k = String(k); hide(this, '_list', this._list.filter((x) => x[0] !== k)); }
+      sort() { this._list.sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0)); }
+      get size() { return this._list.length; }
+      forEach(fn, thisArg) { for (const [k, v] of this._list) fn.call(thisArg, v, k, this); }
+      *entries() { for (const [k, v] of this._list) yield [k, v]; }
+      *keys() { for (const [k] of this._list) yield k; }
+      *values() { for (const [, v] of this._list) yield v; }
+      [Symbol.iterator]() { return this.entries(); }
+      toString() { return this._list.map(([k, v]) => formEncode(k) + '=' + formEncode(v)).join('&'); }
+      get [Symbol.toStringTag]() { return 'URLSearchParams'; }
+    }
+    hide(G, 'URLSearchParams', URLSearchParams);
+  }
+
+  // extractBody returns [bytes, default content type] for a body init.
+  function extractBody(body) {
+    if (body === undefined || body === null) return [null, null];
+    if (typeof body === 'string') return [utf8Encode(body), 'text/plain;charset=UTF-8'];
+    if (body instanceof G.URLSearchParams) return [utf8Encode(body.toString()), 'application/x-www-form-urlencoded;charset=UTF-8'];
+    if (body instanceof ArrayBuffer) return [new Uint8Array(body.slice(0)), null];
+    if (ArrayBuffer.isView(body)) return [new Uint8Array(body.buffer.slice(body.byteOffset, body.byteOffset + body.byteLength)), null];
+    return [utf8Encode(String(body)), 'text/plain;charset=UTF-8'];
+  }
+  const methods = ['DELETE', 'GET', 'HEAD', 'OPTIONS', 'POST', 'PUT', 'PATCH'];
+  function urlOf(input) {
+    const s = typeof input === 'string' ? input : input && typeof input.href === 'string' ? input.href : String(input);
+    if (!/^https?:\/\/[^\/?#]/i.test(s)) throw new TypeError('Failed to parse URL from ' + s);
+    return s;
+  }
+  class Body {
+    _initBody(bytes) { hide(this, '_bytes', bytes); hide(this, '_used', false); }
+    get bodyUsed() { return this._used; }
+    get body() { return this._bytes === null ? null : this._bytes; }
+    _take() {
+      if (this._used) return Promise.reject(new TypeError('Body is unusable: Body has already been read'));
+      this._used = true;
+      return Promise.resolve(this._bytes === null ? new Uint8Array(0) : this._bytes);
+    }
+    arrayBuffer() { return this._take().then((b) => b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength)); }
+    bytes() { return this._take().then((b) => new Uint8Array(b)); }
+    text() { return this._take().then((b) => utf8Decode(b)); }
+    json() { return this.text().then((t) => JSON.parse(t)); }
+  }
+  class Request extends Body {
+    constructor(input, init = {}) {
+      super();
+      const base = input instanceof Request ? input : null;
+      this.url = base ? base.url : urlOf(input);
+      let method = init.method !== undefined ? String(init.method) : base ? base.method : 'GET';
+      if (methods.includes(method.toUpperCase())) method = method.toUpperCase();
+      if (!tokenRe.test(method)) throw new TypeError("'" + method + "' is not a valid HTTP method.");
+      this.method = method;
+      this.headers = new Headers(init.headers !== undefined ? init.headers : base ? base.headers : undefined);
+      this.redirect = init.redirect !== undefined ? String(init.redirect) : base ? base.redirect : 'follow';
+      if (!['follow', 'manual', 'error'].includes(this.redirect)) throw new TypeError("Failed to construct 'Request': '" + this.redirect + "' is not a valid redirect mode");
+      this.signal = init.signal !== undefined ? init.signal : base ? base.signal : undefined;
+      let bytes = null;
+      if (init.body !== undefined && init.body !== null) {
+        const [b, type] = extractBody(init.body);
+        bytes = b;
+        if (type && !this.headers.has('content-type')) this.headers.set('content-type', type);
+      } else if (base && base._bytes !== null) {
+        bytes = base._bytes;
+      }
+      if (bytes !== null && (method === 'GET' || method === 'HEAD')) throw new TypeError('Request with GET/HEAD method cannot have body.');
+      this._initBody(bytes);
+    }
+    clone() { return new Request(this); }
+    get [Symbol.toStringTag]() { return 'Request'; }
+  }
+  class Response extends Body {
+    constructor(body, init = {}) {
+      super();
+      const [bytes, type] = extractBody(body);
+      this.status = init.status !== undefined ? Number(init.status) : 200;
+      if (!(this.status >= 200 && this.status <= 599)) throw new RangeError("Failed to construct 'Response': The status provided (" + this.status + ') is outside the range [200, 599].');
+      this.statusText = init.statusText !== undefined ? String(init.statusText) : '';
+      this.headers = new Headers(init.headers);
+      if (type && !this.headers.has('content-type')) this.headers.set('content-type', type);
+      this.url = '';
+      this.redirected = false;
+      this.type = 'default';
+      this._initBody(bytes);
+    }
+    get ok() { return this.status >= 200 && this.status <= 299; }
+    clone() {
+      if (this._used) throw new TypeError('Response.clone: Body has already been consumed.');
+      const r = new Response(null, { status: this.status < 200 ? 200 : this.status, statusText: this.statusText, headers: this.headers });
+      r.status = this.status; r.url = this.url; r.redirected = this.redirected; r.type = this.type;
+      r._bytes = this._bytes;
+      return r;
+    }
+    static json(data, init = {}) {
+      const h = new Headers(init.headers);
+      if (!h.has('content-type')) h.set('content-type', 'application/json');
+      return new Response(JSON.stringify(data), { ...init, headers: h });
+    }
+    static error() { const r = new Response(null); r.status = 0; r.type = 'error'; return r; }
+    get [Symbol.toStringTag]() { return 'Response'; }
+  }
+  hide(G, 'Request', Request);
+  hide(G, 'Response', Response);
+  hide(G, 'fetch', function fetch(input, init) {
+    return new Promise((resolve, reject) => {
+      const req = new Request(input, init);
+      if (req.signal && req.signal.aborted) {
+        const e = new Error('This operation was aborted');
+        e.name = 'AbortError';
+        throw e;
+      }
+      const head = JSON.stringify({ method: req.method, url: req.url, headers: req.headers._list, redirect: req.redirect });
+      const b = req._bytes;
+      let raw;
+      try {
+        raw = host.fetch(head, b && b.length ? b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength) : undefined);
+      } catch (e) {
+        reject(new TypeError(e && e.message !== undefined ? e.message : String(e)));
+        return;
+      }
+      const meta = JSON.parse(raw.head);
+      const res = new Response(null, { status: 200 });
+      res.status = meta.status;
+      res.statusText = meta.reason;
+      res.headers = new Headers(meta.headers);
+      res.url = meta.url;
+      res.redirected = !!meta.redirected;
+      res.type = 'basic';
+      res._bytes = new Uint8Array(raw.buffer, raw.byteOffset, raw.byteLength);
+      resolve(res);
+    });
+  });
 
   // ---------------------------------------------------------------- host API
   return {

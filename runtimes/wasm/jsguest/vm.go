@@ -74,6 +74,7 @@ type exports struct {
 	newHostFunction                     api.Function
 	newError, throw                     api.Function
 	getVersion                          api.Function
+	getArrayBuffer                      api.Function
 }
 
 // vm is one QuickJS runtime and context inside one wasm instance. It is used
@@ -97,9 +98,10 @@ type vm struct {
 	rejections []rejection // unhandled promise rejections seen during the run
 	dead       bool
 
-	root     *os.Root // the guest filesystem; nil = none
-	cwd      string   // guest working directory (absolute)
-	memLimit int64    // JS heap cap in bytes
+	root     *os.Root      // the guest filesystem; nil = none
+	egress   engine.Egress // carries fetch; nil = no network
+	cwd      string        // guest working directory (absolute)
+	memLimit int64         // JS heap cap in bytes
 }
 
 // rejection is a promise rejected without a handler.
@@ -314,7 +316,8 @@ func (v *vm) bind() error {
 		isJobPending: get("qjs_is_job_pending"), executePendingJob: get("qjs_execute_pending_job"),
 		newHostFunction: get("qjs_new_host_function"),
 		newError:        get("qjs_new_error"), throw: get("qjs_throw"),
-		getVersion: get("qjs_get_quickjs_version"),
+		getVersion:     get("qjs_get_quickjs_version"),
+		getArrayBuffer: get("qjs_get_array_buffer"),
 	}
 	for _, n := range []string{"_initialize", "qjs_init", "qjs_set_memory_limit", "qjs_set_interrupt_handler", "qjs_set_max_stack_size",
 		"qjs_set_promise_rejection_handler", "qjs_run_gc", "qjs_get_runtime_ptr", "qjs_get_context_ptr", "qjs_set_runtime_and_context"} {

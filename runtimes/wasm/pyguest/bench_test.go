@@ -3,12 +3,15 @@ package pyguest
 import (
 	"bufio"
 	"context"
+	"io"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hybox-dev/hybox/runtimes/wasm/engine"
 )
 
 // reportPercentiles adds p50 and p90 of ds (in ms) to the benchmark output.
@@ -37,7 +40,7 @@ func BenchmarkClaimAndFirstResult(b *testing.B) {
 		}
 		b.StartTimer()
 		start := time.Now()
-		it, err := m.NewInterpreter(ctx, root, "/", 0)
+		it, err := m.NewInterpreter(ctx, root, "/", 0, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -112,4 +115,42 @@ func TestFootprint(t *testing.T) {
 	}
 	t.Logf("one live context: linear memory %.1f MiB; process RSS grew %.1f MiB for %d contexts (%.1f MiB each)",
 		float64(lin)/(1<<20), float64(after-before)/(1<<20), n, float64(after-before)/(1<<20)/n)
+}
+
+// BenchmarkGuestStart measures starting one pooled guest (the interpreter,
+// its start-up hook and driver.py) until its ready frame: the refill cost,
+// which the start-up hook must not grow.
+func BenchmarkGuestStart(b *testing.B) {
+	m := newManager(b, Options{PoolSize: -1})
+	ctx := context.Background()
+	var ds []time.Duration
+	for b.Loop() {
+		start := time.Now()
+		inst, err := m.start(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ds = append(ds, time.Since(start))
+		b.StopTimer()
+		inst.kill(ErrClosed)
+		b.StartTimer()
+	}
+	reportPercentiles(b, ds)
+}
+
+// BenchmarkCommandStart measures `python3 -c pass` as a shell command.
+func BenchmarkCommandStart(b *testing.B) {
+	m := newManager(b, Options{PoolSize: -1})
+	root, _ := newRoot(b)
+	ctx := context.Background()
+	var ds []time.Duration
+	for b.Loop() {
+		start := time.Now()
+		code, err := m.RunCommand(ctx, engine.Command{Args: []string{"python3", "-c", "pass"}, Root: root, Cwd: "/", Stdout: io.Discard, Stderr: io.Discard})
+		if err != nil || code != 0 {
+			b.Fatal(code, err)
+		}
+		ds = append(ds, time.Since(start))
+	}
+	reportPercentiles(b, ds)
 }

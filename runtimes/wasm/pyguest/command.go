@@ -30,6 +30,9 @@ const (
 // 2 for a usage error; 134 when the guest trapped (a message goes to
 // cmd.Stderr).
 //
+// The program's HTTP requests (the hybox_http module, urllib.request) go
+// through cmd.Egress; without one they fail with engine.ErrNoNetwork's text.
+//
 // Options -I, -E and -S skip the start-up hook that changes to cmd.Cwd, so
 // with them the program starts in "/".
 //
@@ -55,7 +58,8 @@ func (m *Manager) RunCommand(ctx context.Context, cmd engine.Command) (int, erro
 	args := commandArgs(cmd.Args, cwd)
 
 	fsc := wazero.NewFSConfig().(sysfs.FSConfig).
-		WithSysFSMount(wasmfs.New(cmd.Root), "/").
+		WithSysFSMount(wasmfs.New(cmd.Root), "/").(sysfs.FSConfig).
+		WithSysFSMount(&netFS{ctx: ctx, egress: func() engine.Egress { return cmd.Egress }}, netDir).
 		WithFSMount(m.site, siteDir)
 	cfg := wazero.NewModuleConfig().
 		WithName("").

@@ -77,7 +77,7 @@ func newRoot(t testing.TB) (*os.Root, string) {
 // newInterp returns an interpreter working in "/", closed at cleanup.
 func newInterp(t testing.TB, m *Manager, root *os.Root, cwd string, memLimit int64) execd.Interpreter {
 	t.Helper()
-	it, err := m.NewInterpreter(context.Background(), root, cwd, memLimit)
+	it, err := m.NewInterpreter(context.Background(), root, cwd, memLimit, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,6 +36,7 @@ type instance struct {
 	cancel context.CancelCauseFunc
 	stdin  *inbox
 	rt     wazero.Runtime
+	egress egressSlot // set when a sandbox claims the guest
 
 	ready  chan struct{} // closed on the driver's ready frame
 	exited chan struct{} // closed when the guest has stopped
@@ -90,7 +91,8 @@ func (m *Manager) start(ctx context.Context) (*instance, error) {
 		TooLong:  inst.frameTooLong,
 	}
 	fsc := wazero.NewFSConfig().(sysfs.FSConfig).
-		WithSysFSMount(inst.sw, "/").
+		WithSysFSMount(inst.sw, "/").(sysfs.FSConfig).
+		WithSysFSMount(&netFS{ctx: inst.ctx, egress: inst.egress.get}, netDir).
 		WithFSMount(m.site, siteDir)
 	cfg := wazero.NewModuleConfig().
 		WithName(inst.name).

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/hybox-dev/hybox/execd"
+	"github.com/hybox-dev/hybox/runtimes/wasm/engine"
 )
 
 // interpreter is a persistent Python context. After its guest is killed
@@ -18,6 +19,7 @@ type interpreter struct {
 	root     *os.Root
 	cwd      string
 	memLimit int64
+	egress   engine.Egress
 
 	running sync.Mutex // held for the whole of Run
 
@@ -90,7 +92,7 @@ func (it *interpreter) current(ctx context.Context) (*instance, error) {
 	if it.inst != nil && it.inst.alive() {
 		return it.inst, nil
 	}
-	inst, err := it.m.claim(ctx, it.root, it.cwd, it.memLimit)
+	inst, err := it.m.claim(ctx, it.root, it.cwd, it.memLimit, it.egress)
 	if err != nil {
 		return nil, fmt.Errorf("pyguest: fresh interpreter: %w", err)
 	}

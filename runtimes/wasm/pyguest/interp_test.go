@@ -349,7 +349,7 @@ func TestFilesAndCwd(t *testing.T) {
 		}
 	}
 
-	if _, err := m.NewInterpreter(context.Background(), root, "/missing", 0); err == nil {
+	if _, err := m.NewInterpreter(context.Background(), root, "/missing", 0, nil); err == nil {
 		t.Error("NewInterpreter with a missing cwd succeeded")
 	}
 }
@@ -363,7 +363,7 @@ func TestParallelContexts(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			root, _ := newRoot(t)
-			it, err := m.NewInterpreter(context.Background(), root, "/", 0)
+			it, err := m.NewInterpreter(context.Background(), root, "/", 0, nil)
 			if err != nil {
 				t.Error(err)
 				return
@@ -392,7 +392,7 @@ func TestParallelContexts(t *testing.T) {
 func TestBusyAndClose(t *testing.T) {
 	m := newManager(t, Options{PoolSize: 1})
 	root, _ := newRoot(t)
-	it, err := m.NewInterpreter(context.Background(), root, "/", 0)
+	it, err := m.NewInterpreter(context.Background(), root, "/", 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -436,7 +436,7 @@ func TestManagerClose(t *testing.T) {
 	if _, err := it.Run(context.Background(), "x", newRecorder()); !errors.Is(err, ErrClosed) {
 		t.Errorf("Run after Manager.Close: %v", err)
 	}
-	if _, err := m.NewInterpreter(context.Background(), root, "/", 0); !errors.Is(err, ErrClosed) {
+	if _, err := m.NewInterpreter(context.Background(), root, "/", 0, nil); !errors.Is(err, ErrClosed) {
 		t.Errorf("NewInterpreter after Close: %v", err)
 	}
 	if err := m.Close(); err != nil {

@@ -31,7 +31,7 @@ import (
 	"github.com/hybox-dev/hybox/runtimes/wasm/engine"
 )
 
-//go:embed site/sitecustomize.py
+//go:embed site/sitecustomize.py site/hybox_http.py
 var siteFiles embed.FS
 
 // siteDir is where site/ is mounted, read-only, in every guest; it is on
@@ -259,8 +259,8 @@ func (m *Manager) take(ctx context.Context) (*instance, error) {
 }
 
 // claim takes a guest and gives it to a sandbox: binds its filesystem to
-// root, sets its memory cap and moves it to cwd.
-func (m *Manager) claim(ctx context.Context, root *os.Root, cwd string, memLimit int64) (*instance, error) {
+// root, sets its memory cap and Egress and moves it to cwd.
+func (m *Manager) claim(ctx context.Context, root *os.Root, cwd string, memLimit int64, eg engine.Egress) (*instance, error) {
 	inst, err := m.take(ctx)
 	if err != nil {
 		return nil, err
@@ -270,6 +270,7 @@ func (m *Manager) claim(ctx context.Context, root *os.Root, cwd string, memLimit
 	}
 	inst.sw.Bind(root)
 	inst.limit.Set(memLimit)
+	inst.egress.set(eg)
 	req, err := json.Marshal(map[string]any{"cwd": cwd, "env": map[string]string{"HOME": cwd}})
 	if err != nil {
 		return nil, err
@@ -284,12 +285,14 @@ func (m *Manager) claim(ctx context.Context, root *os.Root, cwd string, memLimit
 // NewInterpreter returns a persistent Python context for a sandbox whose
 // filesystem is root, working in cwd (a guest path; "" = "/"), with its
 // linear memory capped at memLimitBytes (<= 0 = Options.MemoryLimitBytes).
-// HOME is set to cwd.
+// HOME is set to cwd. Its HTTP requests (the hybox_http module and
+// urllib.request) go through eg; with a nil eg they fail with
+// engine.ErrNoNetwork's text.
 //
 // # Errors
 // ErrClosed after Close; an error when cwd is not a directory in root or no
 // guest could be started.
-func (m *Manager) NewInterpreter(ctx context.Context, root *os.Root, cwd string, memLimitBytes int64) (execd.Interpreter, error) {
+func (m *Manager) NewInterpreter(ctx context.Context, root *os.Root, cwd string, memLimitBytes int64, eg engine.Egress) (execd.Interpreter, error) {
 	if root == nil {
 		return nil, errors.New("pyguest: nil root")
 	}
@@ -297,11 +300,11 @@ func (m *Manager) NewInterpreter(ctx context.Context, root *os.Root, cwd string,
 	if err != nil {
 		return nil, err
 	}
-	inst, err := m.claim(ctx, root, cwd, memLimitBytes)
+	inst, err := m.claim(ctx, root, cwd, memLimitBytes, eg)
 	if err != nil {
 		return nil, fmt.Errorf("pyguest: new interpreter: %w", err)
 	}
-	return &interpreter{m: m, root: root, cwd: cwd, memLimit: memLimitBytes, inst: inst}, nil
+	return &interpreter{m: m, root: root, cwd: cwd, memLimit: memLimitBytes, egress: eg, inst: inst}, nil
 }
 
 // checkDir cleans the guest path cwd and checks that it is a directory.

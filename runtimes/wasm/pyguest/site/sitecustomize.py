@@ -6,6 +6,9 @@
 # 2. time.sleep uses an absolute-deadline clock wait that the host's WASI
 #    does not support (it fails with ENOTSUP); select() with a relative
 #    timeout works, so sleep is rebuilt on it.
+# 3. HTTP goes to the host through hybox_http (next to this file, off
+#    sys.path): a finder imports it, and patches urllib.request on its first
+#    import. The code lives in hybox_http: this file is compiled at every start.
 import os as _os
 import sys as _sys
 
@@ -51,6 +54,20 @@ def _setup():
     sleep.__doc__ = original.__doc__
     sleep.__module__ = "time"
     time.sleep = sleep
+
+    class HyboxFinder:  # see hybox_http._find_spec
+        @staticmethod
+        def find_spec(name, path=None, target=None):
+            if name == "hybox_http" or name == "urllib.request":
+                from importlib.util import spec_from_file_location as spec
+
+                if name == "hybox_http":
+                    return spec(name, here + "/hybox_http.py")
+                import hybox_http
+
+                return hybox_http._find_spec(HyboxFinder, name, path, target)
+
+    _sys.meta_path.insert(0, HyboxFinder)
 
 
 _setup()
