@@ -11,21 +11,29 @@ out=build/bench.txt
 	go test -run '^$' -bench 'ExecutionsPerSecond' -benchtime 2000x ./server/
 	go test -run '^$' -bench 'MemoryPerIdleSandbox' -benchtime 500x ./server/
 	go test -run '^$' -bench 'MemoryPerPythonContext' -benchtime 10x ./server/
+	# Egress building blocks on loopback: policy decisions, the DNS proxy,
+	# the credential proxy (splice and injection against direct).
+	go test -run '^$' -bench . ./policy/
+	go test -run '^$' -bench . -benchtime 2000x ./policy/dnsproxy/
+	go test -run '^$' -bench . -benchtime 2s ./vault/tproxy/
 	# Container sandboxes (root: a private test containerd and the test image).
 	if [ "$(id -u)" = 0 ]; then
 		go test -run '^$' -bench 'CreateReady|CommandRoundTrip|IdleMemory' -benchtime 20x ./runtimes/oci/
 		go test -run '^$' -bench 'ConcurrentCreate20' -benchtime 3x ./runtimes/oci/
+		# Egress (root: a private upstream network namespace): HTTPS from
+		# inside a container and from a wasm sandbox's host side.
+		go test -run '^$' -bench 'EgressHTTPS|EgressWasmHTTPS' -benchtime 300x ./server/
 	else
 		echo "container benchmarks skipped: they need root" >&2
 	fi
 } | tee "$out" | grep -E '^(Benchmark|ok|FAIL|---)' || true
 echo
 echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
-printf '%-40s %12s %12s %14s\n' benchmark p50-ms p99-ms other
+printf '%-60s %10s %10s %18s\n' benchmark p50 p99 other
 grep -E '^Benchmark' "$out" | while read -r name _ _ _ rest; do
-	p50=$(echo "$rest" | grep -oE '[0-9.]+ p50-ms' | cut -d' ' -f1 || true)
-	p99=$(echo "$rest" | grep -oE '[0-9.]+ p99-ms' | cut -d' ' -f1 || true)
-	other=$(echo "$rest" | grep -oE '[0-9.]+ (execs/s|KiB/sandbox|MiB/context|MiB/sandbox|total-ms)' | head -1 || true)
-	printf '%-40s %12s %12s %14s\n' "${name%-*}" "${p50:--}" "${p99:--}" "${other:--}"
+	p50=$(echo "$rest" | grep -oE '[0-9.]+ p50-(ms|µs)' | head -1 || true)
+	p99=$(echo "$rest" | grep -oE '[0-9.]+ p99-(ms|µs)' | head -1 || true)
+	other=$(echo "$rest" | grep -oE '[-0-9.]+ (execs/s|req/s|KiB/sandbox|MiB/context|MiB/sandbox|total-ms|added-p50-ms|added-p50-µs|ns/op)' | head -1 || true)
+	printf '%-60s %10s %10s %18s\n' "${name%-*}" "${p50:--}" "${p99:--}" "${other:--}"
 done
 grep -q '^FAIL' "$out" && exit 1 || exit 0

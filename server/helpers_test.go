@@ -32,7 +32,7 @@ const testKey = "test-key-0123456789"
 // harness is a real hybox server (real wasm backend, real database) on a
 // loopback listener.
 type harness struct {
-	t       *testing.T
+	t       testing.TB
 	srv     *Server
 	ts      *httptest.Server
 	dataDir string
@@ -52,7 +52,7 @@ type harnessOpts struct {
 	vaultKey *vault.Key
 }
 
-func newHarness(t *testing.T, dataDir string, ho harnessOpts) *harness {
+func newHarness(t testing.TB, dataDir string, ho harnessOpts) *harness {
 	t.Helper()
 	if dataDir == "" {
 		dataDir = t.TempDir()
@@ -176,7 +176,7 @@ func (h *harness) execd(id, method, path string, body any) (int, []byte) {
 }
 
 // events parses a stream body.
-func events(t *testing.T, body []byte) []execd.Event {
+func events(t testing.TB, body []byte) []execd.Event {
 	t.Helper()
 	var out []execd.Event
 	sc := bufio.NewScanner(bytes.NewReader(body))
@@ -202,7 +202,7 @@ type outcome struct {
 	complete       bool
 }
 
-func summarise(t *testing.T, body []byte) outcome {
+func summarise(t testing.TB, body []byte) outcome {
 	var o outcome
 	for _, ev := range events(t, body) {
 		switch ev.Type {

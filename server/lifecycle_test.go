@@ -180,7 +180,11 @@ func TestLifecycle(t *testing.T) {
 		require.NoError(t, json.Unmarshal(b, &ep))
 		assert.NotContains(t, ep.Endpoint, "://")
 		assert.Contains(t, ep.Endpoint, "/sandboxes/"+sb.ID+"/proxy/"+port)
-		assert.NotEmpty(t, ep.Headers[headerExecdToken])
+		want := headerExecdToken
+		if port == "18080" {
+			want = headerEgressAuth
+		}
+		assert.NotEmpty(t, ep.Headers[want], port)
 	}
 	st, _, _ = h.do("GET", "/v1/sandboxes/"+sb.ID+"/endpoints/99999", nil)
 	assert.Equal(t, 400, st)

@@ -21,14 +21,12 @@ import (
 	"github.com/hybox-dev/hybox/vault/tproxy"
 )
 
-// maxRedirects bounds the redirects Do follows.
-const maxRedirects = 10
-
 // Do implements runtimes.Egress for guests without a network (wasm): the
-// request is made from this process. Every connection, redirects included,
-// is decided by the sandbox's current policy; the vault injects into each
-// hop separately (a redirect never carries an injected secret to another
-// host), and secrets echoed in response headers are redacted.
+// request is made from this process. Every connection is decided by the
+// sandbox's current policy. Do does not follow redirects: the guest does,
+// one Do per hop, so each hop is decided again and injected separately (a
+// credential never follows a redirect to another host). Secrets echoed in
+// response headers are redacted.
 func (s *Sandbox) Do(req *http.Request) (*http.Response, error) {
 	switch req.URL.Scheme {
 	case "http", "https":
@@ -55,12 +53,9 @@ func (s *Sandbox) newClient() *http.Client {
 	}
 	return &http.Client{
 		Transport: &injectingTransport{s: s, base: t},
-		CheckRedirect: func(req *http.Request, via []*http.Request) error {
-			if len(via) >= maxRedirects {
-				return fmt.Errorf("stopped after %d redirects", maxRedirects)
-			}
-			return nil
-		},
+		// The guest follows redirects itself, one Do per hop, so that
+		// each hop is decided by the policy and its redirect mode holds.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 }
 
