@@ -318,7 +318,9 @@ func reversedHex(s string) string {
 }
 
 // writeFile uploads a file into a sandbox through execd.
-func writeFile(t *testing.T, h *harness, id, path, content string) { writeFileB(t, h, id, path, content) }
+func writeFile(t *testing.T, h *harness, id, path, content string) {
+	writeFileB(t, h, id, path, content)
+}
 
 // assertNotInMemory scans the memory of every host process in the
 // sandbox's cgroup (the workload under runc; gVisor's sentry and gofer
