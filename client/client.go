@@ -1,7 +1,8 @@
 // Package client is a typed Go client of the hybox (OpenSandbox) API: the
 // lifecycle server (create, list, renew and delete sandboxes) and the execd
 // API of each sandbox (commands, code, files), which it reaches through the
-// endpoint the lifecycle server returns for sandbox port 44772. It uses only
+// endpoint the lifecycle server returns for sandbox port 44772, and the
+// egress API (network policy, credential vault) behind port 18080. It uses only
 // net/http; it reads no environment variables: the caller passes the domain
 // and the API key.
 package client

@@ -42,6 +42,18 @@ func (c *Client) Execd(ctx context.Context, sandboxID string) (*Execd, error) {
 // # Errors
 // ErrInvalidOptions when ep.Endpoint is empty or not a valid address.
 func (c *Client) ExecdAt(ep Endpoint) (*Execd, error) {
+	t, err := c.endpointTransport(ep)
+	if err != nil {
+		return nil, err
+	}
+	return &Execd{t: t}, nil
+}
+
+// endpointTransport returns a transport to the sandbox port at ep: the
+// scheme of the client's domain unless ep has one, ep.Headers on every
+// request, and the API key only when ep is on the lifecycle server's own
+// origin.
+func (c *Client) endpointTransport(ep Endpoint) (*transport, error) {
 	addr := strings.TrimSpace(ep.Endpoint)
 	if addr == "" {
 		return nil, fmt.Errorf("%w: empty endpoint", ErrInvalidOptions)
@@ -65,7 +77,7 @@ func (c *Client) ExecdAt(ep Endpoint) (*Execd, error) {
 	for k, v := range ep.Headers {
 		h.Set(k, v)
 	}
-	return &Execd{t: &transport{base: u, headers: h, hc: c.hc}}, nil
+	return &transport{base: u, headers: h, hc: c.hc}, nil
 }
 
 func sameOrigin(a, b *url.URL) bool {

@@ -1,5 +1,5 @@
 // Package cli implements the client commands of the hybox binary (sandbox,
-// exec, run, files) on top of the client package, and the mapping of their
+// exec, run, files, image, egress, vault) on top of the client package, and the mapping of their
 // outcomes to exit codes. It sees the process only through Env, so tests run
 // it in-process; cmd/hybox adds the server's own command (serve) to it.
 package cli
@@ -99,7 +99,8 @@ func (a *app) newRoot() *cobra.Command {
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageError{cmd: c, err: err}
 	})
-	root.AddCommand(a.newSandboxCmd(), a.newExecCmd(), a.newRunCmd(), a.newFilesCmd(), a.newImageCmd())
+	root.AddCommand(a.newSandboxCmd(), a.newExecCmd(), a.newRunCmd(), a.newFilesCmd(), a.newImageCmd(),
+		a.newEgressCmd(), a.newVaultCmd())
 	return root
 }
 

@@ -35,12 +35,16 @@ func (a *app) newCreateCmd() *cobra.Command {
 		env, metadata               []string
 		wait                        bool
 		timeout                     = seconds{d: 600 * time.Second}
+		policy                      policyFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "create",
 		Short: "Create a sandbox and print its id",
 		Long: "Create a sandbox and print its id (-o json prints the server's answer).\n" +
-			"--timeout is its lifetime (seconds or a duration such as 1h; 0 = never expires).",
+			"--timeout is its lifetime (seconds or a duration such as 1h; 0 = never expires).\n" +
+			"--allow and --deny restrict outbound traffic, first match wins, in the order given\n" +
+			"(across both flags); traffic no rule matches is denied unless --default-action allow.\n" +
+			"Without them (or --network-policy) the sandbox's egress is unrestricted.",
 		Args: argsUsage(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			asJSON, err := a.json(cmd)
@@ -76,6 +80,9 @@ func (a *app) newCreateCmd() *cobra.Command {
 					req.ResourceLimits["cpu"] = cpu
 				}
 			}
+			if err := policy.apply(a, cmd, &req); err != nil {
+				return err
+			}
 			c, err := a.client(cmd)
 			if err != nil {
 				return err
@@ -105,6 +112,7 @@ func (a *app) newCreateCmd() *cobra.Command {
 	f.StringVar(&memory, "memory", "", "memory limit, such as 512Mi")
 	f.StringVar(&cpu, "cpu", "", "CPU limit, such as 1 or 500m")
 	f.BoolVar(&wait, "wait", false, "wait until the sandbox is Running")
+	policy.register(cmd)
 	return cmd
 }
 
