@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -408,4 +410,51 @@ func memContains(pid int, needle []byte) (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// Creating and deleting container sandboxes with a policy and a credential
+// proxy leaves no goroutine or file descriptor of their DNS and credential
+// proxies behind in the server.
+func TestEgressNoLeaks(t *testing.T) {
+	up := startUpstream(t)
+	h := newHarness(t, "", harnessOpts{containers: true, upstream: up, vaultKey: testVaultKey(t)})
+	cycle := func() {
+		sb := h.create(map[string]any{
+			"image":           map[string]string{"uri": ocienv.ImageName},
+			"extensions":      map[string]string{"hybox.io/runtime": "runc"},
+			"entrypoint":      []string{"sleep", "infinity"},
+			"networkPolicy":   egressPolicy(),
+			"credentialProxy": map[string]bool{"enabled": true},
+		})
+		// Use both proxies once, so that their connections exist.
+		o := h.command(sb.ID, `getent hosts allowed.test >/dev/null && python3 -c "import socket; socket.create_connection(('allowed.test', 80), timeout=5).close()"`)
+		require.Nil(t, o.err, "%+v", o)
+		st, _, _ := h.do("DELETE", "/v1/sandboxes/"+sb.ID, nil)
+		require.Equal(t, 204, st)
+	}
+	cycle()
+	fds := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		require.NoError(t, err)
+		return len(ents)
+	}
+	baseG, baseF := runtime.NumGoroutine(), fds()
+	for i := 0; i < 8; i++ {
+		cycle()
+	}
+	var g, f int
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		g, f = runtime.NumGoroutine(), fds()
+		if (g <= baseG+3 && f <= baseF+3) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	assert.LessOrEqual(t, g, baseG+3, "goroutines after 8 sandboxes (before: %d)", baseG)
+	assert.LessOrEqual(t, f, baseF+3, "open files after 8 sandboxes (before: %d)", baseF)
+	if t.Failed() {
+		buf := make([]byte, 1<<20)
+		t.Logf("goroutines:\n%s", buf[:runtime.Stack(buf, true)])
+	}
 }

@@ -69,7 +69,7 @@ func newSandbox(r *Runtime, spec runtimes.Spec, addr netip.Addr) *Sandbox {
 // init (hybox-execd) ends on its own: {137, "OOMKilled"} when the kernel
 // killed it for the sandbox's memory limit, {137, "Killed"} for another
 // SIGKILL, {code, "Exited"} otherwise. Nothing is sent after Close or
-// Destroy.
+// Destroy: the channel is closed instead.
 func (s *Sandbox) Exited() <-chan runtimes.ExitStatus { return s.exited }
 
 // watch starts waiting for task's exit; it replaces any other watched
@@ -91,6 +91,9 @@ func (s *Sandbox) watch(task containerd.Task) error {
 	s.r.b.live[s.spec.ID] = s
 	s.r.b.mu.Unlock()
 	go func() {
+		// Closed once nothing more can be reported, so that whoever
+		// waits on Exited (the server, per sandbox) is released.
+		defer close(s.exited)
 		select {
 		case st := <-statusC:
 			if ctx.Err() != nil {
