@@ -144,7 +144,7 @@ type Sandbox struct {
 	pol    atomic.Pointer[policy.Compiled]
 	vault  *vault.Vault
 	ca     *tproxy.CA
-	client *http.Client
+	client atomic.Pointer[http.Client] // Do's; replaced by each SetPolicy
 	cfg    Config
 
 	mu      sync.Mutex
@@ -170,7 +170,6 @@ func (m *Manager) New(id string, cfg Config) (*Sandbox, error) {
 	if err := s.SetPolicy(cfg.Policy); err != nil {
 		return nil, err
 	}
-	s.client = s.newClient()
 	return s, nil
 }
 
@@ -198,6 +197,11 @@ func (s *Sandbox) SetPolicy(p *policy.Policy) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.pol.Store(c)
+	// Do's pooled connections were decided by the old policy: a new
+	// client makes the next request dial, and be decided, again.
+	if old := s.client.Swap(s.newClient()); old != nil {
+		old.CloseIdleConnections()
+	}
 	if s.table == nil {
 		return nil
 	}
@@ -374,7 +378,7 @@ func (s *Sandbox) Close() error {
 	defer s.mu.Unlock()
 	s.closed = true
 	s.stopLocked()
-	s.client.CloseIdleConnections()
+	s.client.Load().CloseIdleConnections()
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -36,7 +37,7 @@ func (s *Sandbox) Do(req *http.Request) (*http.Response, error) {
 	if req.URL.Hostname() == "" {
 		return nil, errors.New("the URL has no host")
 	}
-	return s.client.Do(req)
+	return s.client.Load().Do(req)
 }
 
 // newClient is Do's client: a transport whose dials obey the policy,
@@ -86,9 +87,25 @@ func (t *injectingTransport) RoundTrip(req *http.Request) (*http.Response, error
 	}
 	if len(inj.Secrets) > 0 {
 		vault.Redact(resp.Header, inj.Secrets)
-		vault.Redact(resp.Trailer, inj.Secrets)
+		resp.Body = &trailerRedactor{ReadCloser: resp.Body, resp: resp, secrets: inj.Secrets}
 	}
 	return resp, nil
+}
+
+// trailerRedactor redacts the secrets from resp's trailers, whose values
+// arrive only with the end of the body.
+type trailerRedactor struct {
+	io.ReadCloser
+	resp    *http.Response
+	secrets []string
+}
+
+func (r *trailerRedactor) Read(p []byte) (int, error) {
+	n, err := r.ReadCloser.Read(p)
+	if err == io.EOF {
+		vault.Redact(r.resp.Trailer, r.secrets)
+	}
+	return n, err
 }
 
 // dialPolicy resolves and dials addr only where the policy allows.

@@ -3,10 +3,6 @@ package wasm_test
 import (
 	"bytes"
 	"context"
-	"errors"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"testing"
@@ -20,6 +16,7 @@ import (
 	"github.com/hybox-dev/hybox/runtimes"
 	"github.com/hybox-dev/hybox/runtimes/runtimetest"
 	"github.com/hybox-dev/hybox/runtimes/wasm"
+	"github.com/hybox-dev/hybox/runtimes/wasm/internal/egresstest"
 )
 
 func TestConformance(t *testing.T) {
@@ -31,21 +28,7 @@ func TestConformance(t *testing.T) {
 	runtimetest.Run(t, runtimetest.Config{Runtime: rt, Image: "wasm://default"})
 }
 
-// loopEgress is a runtimes.Egress on a real http.Client that reaches only
-// the loopback test server; host "denied.test" is refused like a policy.
-type loopEgress struct{ c *http.Client }
-
-var _ runtimes.Egress = loopEgress{}
-
-func (e loopEgress) Do(req *http.Request) (*http.Response, error) {
-	if req.URL.Hostname() == "denied.test" {
-		return nil, errors.New("egress to denied.test denied by rule 0 (deny denied.test)")
-	}
-	return e.c.Do(req)
-}
-func (loopEgress) Enforce(context.Context, string) error { return nil }
-func (loopEgress) Files() map[string][]byte              { return nil }
-func (loopEgress) Env() map[string]string                { return nil }
+var _ runtimes.Egress = (*egresstest.Egress)(nil)
 
 // recorder collects an execution's stdout.
 type recorder struct{ bytes.Buffer }
@@ -58,10 +41,8 @@ func (r *recorder) Result(map[string]string) {}
 // sandbox's Egress, from code contexts and from shell commands, and that a
 // sandbox without one has no network.
 func TestEgress(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.WriteString(w, "pong")
-	}))
-	t.Cleanup(srv.Close)
+	srv := egresstest.NewServer(t)
+	ping := srv.URL + "/ping"
 	rt, stop, err := wasm.Setup(context.Background(), wasm.SetupOptions{Engine: testenv.Engine(t), PythonPool: 1})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = stop() })
@@ -86,7 +67,7 @@ func TestEgress(t *testing.T) {
 		"python":     "import urllib.request\ntry:\n    print(urllib.request.urlopen(URL).read().decode())\nexcept Exception as e:\n    print(e.reason)",
 		"javascript": "console.log(await fetch(URL).then((r) => r.text(), (e) => e.message))",
 	}
-	eg := loopEgress{c: &http.Client{}}
+	eg := srv.Egress()
 	for _, c := range []struct {
 		name    string
 		eg      runtimes.Egress
@@ -95,10 +76,10 @@ func TestEgress(t *testing.T) {
 		want    string
 		cmds    bool // also run shell commands (each starts a fresh guest)
 	}{
-		{"allowed", eg, false, srv.URL, "pong", true},
-		{"restored", eg, true, srv.URL, "pong", false},
-		{"denied", eg, false, "http://denied.test/", "egress to denied.test denied by rule 0 (deny denied.test)", false},
-		{"no egress", nil, false, srv.URL, "this sandbox has no network access", true},
+		{"allowed", eg, false, ping, "pong", true},
+		{"restored", eg, true, ping, "pong", false},
+		{"denied", eg, false, "http://denied.test/", egresstest.DeniedMessage, false},
+		{"no egress", nil, false, ping, "this sandbox has no network access", true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			sb := newSandbox(t, c.eg, c.restore)

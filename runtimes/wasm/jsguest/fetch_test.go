@@ -3,13 +3,8 @@ package jsguest
 import (
 	"bytes"
 	"context"
-	"errors"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,90 +13,8 @@ import (
 
 	"github.com/hybox-dev/hybox/execd"
 	"github.com/hybox-dev/hybox/runtimes/wasm/engine"
+	"github.com/hybox-dev/hybox/runtimes/wasm/internal/egresstest"
 )
-
-// loopEgress is an Egress on a real http.Client that reaches only the
-// loopback test server; host "denied.test" is refused like a policy would.
-type loopEgress struct{ c *http.Client }
-
-func (e loopEgress) Do(req *http.Request) (*http.Response, error) {
-	if req.URL.Hostname() == "denied.test" {
-		return nil, errors.New("egress to denied.test denied by rule 0 (deny denied.test)")
-	}
-	return e.c.Do(req)
-}
-
-// testServer is a loopback HTTP server for fetch tests. It records the last
-// body it received and whether a hanging request was cancelled.
-type testServer struct {
-	*httptest.Server
-	mu       sync.Mutex
-	lastBody []byte
-	hung     chan struct{} // closed when /hang saw its request cancelled
-	arrived  chan struct{} // closed when /hang got its request
-}
-
-func newTestServer(t *testing.T) (*testServer, engine.Egress) {
-	t.Helper()
-	ts := &testServer{hung: make(chan struct{}), arrived: make(chan struct{})}
-	var arrivedOnce sync.Once
-	var hungOnce sync.Once
-	mux := http.NewServeMux()
-	mux.HandleFunc("/text", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("X-Reply", "yes")
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		io.WriteString(w, "hello "+strings.Join(r.Header.Values("X-Custom"), ", "))
-	})
-	mux.HandleFunc("/echo", func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		ts.mu.Lock()
-		ts.lastBody = b
-		ts.mu.Unlock()
-		w.Header().Set("Content-Type", "application/octet-stream")
-		w.Header().Set("X-Method", r.Method)
-		w.Header().Set("X-Content-Type", r.Header.Get("Content-Type"))
-		w.Write(b)
-	})
-	mux.HandleFunc("/missing", func(w http.ResponseWriter, r *http.Request) {
-		http.Error(w, "nope", http.StatusNotFound)
-	})
-	mux.HandleFunc("/redirect", func(w http.ResponseWriter, r *http.Request) {
-		http.Redirect(w, r, "/text", http.StatusFound)
-	})
-	mux.HandleFunc("/hang", func(w http.ResponseWriter, r *http.Request) {
-		arrivedOnce.Do(func() { close(ts.arrived) })
-		select {
-		case <-r.Context().Done():
-			hungOnce.Do(func() { close(ts.hung) })
-		case <-time.After(30 * time.Second):
-		}
-	})
-	ts.Server = httptest.NewServer(mux)
-	t.Cleanup(ts.Close)
-	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	return ts, loopEgress{c: c}
-}
-
-// timeoutOnArrival returns a context that ends with execd.ErrTimeout once
-// /hang has got its request (or after a minute).
-func (ts *testServer) timeoutOnArrival(t *testing.T) context.Context {
-	ctx, cancel := context.WithCancelCause(context.Background())
-	t.Cleanup(func() { cancel(nil) })
-	go func() {
-		select {
-		case <-ts.arrived:
-		case <-time.After(time.Minute):
-		}
-		cancel(execd.ErrTimeout)
-	}()
-	return ctx
-}
-
-func (ts *testServer) body() []byte {
-	ts.mu.Lock()
-	defer ts.mu.Unlock()
-	return ts.lastBody
-}
 
 func newNetInterp(t *testing.T, m *Manager, eg engine.Egress) execd.Interpreter {
 	t.Helper()
@@ -113,7 +26,8 @@ func newNetInterp(t *testing.T, m *Manager, eg engine.Egress) execd.Interpreter 
 
 func TestFetch(t *testing.T) {
 	m := newManager(t, Options{})
-	ts, eg := newTestServer(t)
+	ts := egresstest.NewServer(t)
+	eg := ts.Egress()
 	it := newNetInterp(t, m, eg)
 	run(t, it, "const base = "+jsQuote(ts.URL))
 
@@ -141,7 +55,7 @@ func TestFetch(t *testing.T) {
 		{"redirect manual", `const r = await fetch(base + '/redirect', { redirect: 'manual' }); [r.status, r.headers.get('location')].join('|')`, "'302|/text'"},
 		{"redirect error", `await fetch(base + '/redirect', { redirect: 'error' }).then(() => 'resolved', (e) => e.name)`, "'TypeError'"},
 		{"denied host", `await fetch('http://denied.test/x').then(() => 'resolved', (e) => (e instanceof TypeError) + ' ' + e.message)`,
-			"'true egress to denied.test denied by rule 0 (deny denied.test)'"},
+			"'true " + egresstest.DeniedMessage + "'"},
 		{"body used twice", `const r = await fetch(base + '/text'); await r.text(); await r.text().then(() => 'again', (e) => e.message)`, "'Body is unusable: Body has already been read'"},
 		{"bad url", `await fetch('/relative').then(() => 'resolved', (e) => e.name)`, "'TypeError'"},
 		{"response constructor", `const r = new Response('{"x":1}', { status: 201, headers: { 'content-type': 'application/json' } }); [r.status, r.ok, (await r.json()).x].join('|')`, "'201|true|1'"},
@@ -162,7 +76,7 @@ func TestFetch(t *testing.T) {
 		for i := range want {
 			want[i] = byte(255 - i)
 		}
-		assert.Equal(t, want, ts.body())
+		assert.Equal(t, want, ts.LastBody())
 	})
 }
 
@@ -176,15 +90,16 @@ func TestFetchNoNetwork(t *testing.T) {
 
 func TestFetchTimeoutCancelsRequest(t *testing.T) {
 	m := newManager(t, Options{})
-	ts, eg := newTestServer(t)
+	ts := egresstest.NewServer(t)
+	eg := ts.Egress()
 	it := newNetInterp(t, m, eg)
-	ctx := ts.timeoutOnArrival(t)
+	ctx := ts.CancelOnArrival(t, execd.ErrTimeout)
 	start := time.Now()
 	_, err := it.Run(ctx, "await fetch("+jsQuote(ts.URL+"/hang")+")", &recorder{})
 	require.ErrorIs(t, err, execd.ErrTimeout)
 	assert.Less(t, time.Since(start), 10*time.Second)
 	select {
-	case <-ts.hung:
+	case <-ts.Hung():
 	case <-time.After(5 * time.Second):
 		t.Fatal("the server never saw the request cancelled")
 	}
@@ -196,7 +111,8 @@ func TestFetchTimeoutCancelsRequest(t *testing.T) {
 
 func TestFetchCommand(t *testing.T) {
 	m := newManager(t, Options{})
-	ts, eg := newTestServer(t)
+	ts := egresstest.NewServer(t)
+	eg := ts.Egress()
 	root, err := openTempRoot(t)
 	require.NoError(t, err)
 	script := "fetch(process.argv[2]).then((r) => r.text()).then((t) => console.log(t), (e) => { console.error(e.message); process.exitCode = 3; });\n"
@@ -208,7 +124,7 @@ func TestFetchCommand(t *testing.T) {
 		code           int
 	}{
 		{"ok", ts.URL + "/text", "hello \n", eg, 0},
-		{"denied", "http://denied.test/", "egress to denied.test denied by rule 0 (deny denied.test)\n", eg, 3},
+		{"denied", "http://denied.test/", egresstest.DeniedMessage + "\n", eg, 3},
 		{"no network", ts.URL + "/text", "this sandbox has no network access\n", nil, 3},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -221,7 +137,7 @@ func TestFetchCommand(t *testing.T) {
 		})
 	}
 	t.Run("timeout", func(t *testing.T) {
-		ctx := ts.timeoutOnArrival(t)
+		ctx := ts.CancelOnArrival(t, execd.ErrTimeout)
 		var out bytes.Buffer
 		code, err := m.RunCommand(ctx, engine.Command{Args: []string{"node", "script.js", ts.URL + "/hang"},
 			Stdout: &out, Stderr: &out, Root: root, Cwd: "/", Egress: eg})

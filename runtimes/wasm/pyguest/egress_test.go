@@ -6,14 +6,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,106 +16,25 @@ import (
 
 	"github.com/hybox-dev/hybox/execd"
 	"github.com/hybox-dev/hybox/runtimes/wasm/engine"
+	"github.com/hybox-dev/hybox/runtimes/wasm/internal/egresstest"
 )
 
-// loopEgress is an Egress on a real http.Client that reaches only the
-// loopback test server; host "denied.test" is refused like a policy would.
-type loopEgress struct{ c *http.Client }
-
-func (e loopEgress) Do(req *http.Request) (*http.Response, error) {
-	if req.URL.Hostname() == "denied.test" {
-		return nil, errors.New("egress to denied.test denied by rule 0 (deny denied.test)")
-	}
-	return e.c.Do(req)
-}
-
-// testServer is a loopback HTTP server. It records the last body it got and
-// whether a hanging request was cancelled.
-type testServer struct {
-	*httptest.Server
-	mu       sync.Mutex
-	lastBody []byte
-	hung     chan struct{} // closed when /hang saw its request cancelled
-	arrived  chan struct{} // closed when /hang got its request
-}
-
-func newTestServer(t *testing.T) (*testServer, engine.Egress) {
+// newNetInterp returns an interpreter with root at / that reaches the
+// network through eg.
+func newNetInterp(t *testing.T, m *Manager, root *os.Root, eg engine.Egress) execd.Interpreter {
 	t.Helper()
-	ts := &testServer{hung: make(chan struct{}), arrived: make(chan struct{})}
-	var arrivedOnce sync.Once
-	var once sync.Once
-	mux := http.NewServeMux()
-	mux.HandleFunc("/text", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("X-Reply", "yes")
-		io.WriteString(w, "hello "+strings.Join(r.Header.Values("X-Custom"), ", "))
-	})
-	mux.HandleFunc("/echo", func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		ts.mu.Lock()
-		ts.lastBody = b
-		ts.mu.Unlock()
-		w.Header().Set("Content-Type", "application/octet-stream")
-		w.Header().Set("X-Method", r.Method)
-		w.Header().Set("X-Content-Type", r.Header.Get("Content-Type"))
-		w.Write(b)
-	})
-	mux.HandleFunc("/json", func(w http.ResponseWriter, r *http.Request) {
-		var v any
-		if err := json.NewDecoder(r.Body).Decode(&v); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(map[string]any{"got": v, "ua": r.Header.Get("User-Agent")})
-	})
-	mux.HandleFunc("/missing", func(w http.ResponseWriter, r *http.Request) {
-		http.Error(w, "nope", http.StatusNotFound)
-	})
-	mux.HandleFunc("/redirect", func(w http.ResponseWriter, r *http.Request) {
-		http.Redirect(w, r, "/text", http.StatusFound)
-	})
-	mux.HandleFunc("/hang", func(w http.ResponseWriter, r *http.Request) {
-		arrivedOnce.Do(func() { close(ts.arrived) })
-		select {
-		case <-r.Context().Done():
-			once.Do(func() { close(ts.hung) })
-		case <-time.After(30 * time.Second):
-		}
-	})
-	ts.Server = httptest.NewServer(mux)
-	t.Cleanup(ts.Close)
-	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	return ts, loopEgress{c: c}
-}
-
-// timeoutOnArrival returns a context that ends with execd.ErrTimeout once
-// /hang has got its request (or after a minute).
-func (ts *testServer) timeoutOnArrival(t *testing.T) context.Context {
-	ctx, cancel := context.WithCancelCause(context.Background())
-	t.Cleanup(func() { cancel(nil) })
-	go func() {
-		select {
-		case <-ts.arrived:
-		case <-time.After(time.Minute):
-		}
-		cancel(execd.ErrTimeout)
-	}()
-	return ctx
-}
-
-func (ts *testServer) body() []byte {
-	ts.mu.Lock()
-	defer ts.mu.Unlock()
-	return ts.lastBody
+	it, err := m.NewInterpreter(context.Background(), root, "/", 0, eg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = it.Close() })
+	return it
 }
 
 func TestHTTPInterpreter(t *testing.T) {
 	m := newManager(t, Options{PoolSize: 1})
-	ts, eg := newTestServer(t)
+	ts := egresstest.NewServer(t)
+	eg := ts.Egress()
 	root, dir := newRoot(t)
-	it, err := m.NewInterpreter(context.Background(), root, "/", 0, eg)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = it.Close() })
+	it := newNetInterp(t, m, root, eg)
 	_, xerr := run(t, it, "import hybox_http, urllib.request, urllib.error, json, hashlib\nbase = "+pyQuote(ts.URL))
 	require.Nil(t, xerr)
 
@@ -149,7 +62,7 @@ except urllib.error.HTTPError as e:
 		{"denied raises URLError", `try:
     hybox_http.urlopen("http://denied.test/x")
 except urllib.error.URLError as e:
-    print(type(e).__name__, e.reason)`, "URLError egress to denied.test denied by rule 0 (deny denied.test)\n"},
+    print(type(e).__name__, e.reason)`, "URLError " + egresstest.DeniedMessage + "\n"},
 		{"redirect followed", `r = hybox_http.urlopen(base + "/redirect")
 print(r.status, r.redirected, r.url.endswith("/text"), r.read())`, "200 True True b'hello '\n"},
 		{"urllib urlopen", `req = urllib.request.Request(base + "/echo", data=b"\x00\xffraw", headers={"X-Custom": "x"}, method="POST")
@@ -166,7 +79,7 @@ except urllib.error.HTTPError as e:
 try:
     urllib.request.urlopen("https://denied.test/")
 except urllib.error.URLError as e:
-    print(e.reason)`, "404 b'nope'\negress to denied.test denied by rule 0 (deny denied.test)\n"},
+    print(e.reason)`, "404 b'nope'\n" + egresstest.DeniedMessage + "\n"},
 		{"request timeout", `try:
     hybox_http.urlopen(base + "/hang", timeout=0.2)
 except urllib.error.URLError as e:
@@ -187,7 +100,7 @@ except urllib.error.URLError as e:
 		for i := range want {
 			want[i] = byte(255 - i)
 		}
-		assert.Equal(t, want, ts.body())
+		assert.Equal(t, want, ts.LastBody())
 	})
 }
 
@@ -207,18 +120,17 @@ except urllib.error.URLError as e:
 
 func TestHTTPRunTimeoutCancelsRequest(t *testing.T) {
 	m := newManager(t, Options{PoolSize: 1})
-	ts, eg := newTestServer(t)
+	ts := egresstest.NewServer(t)
+	eg := ts.Egress()
 	root, _ := newRoot(t)
-	it, err := m.NewInterpreter(context.Background(), root, "/", 0, eg)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = it.Close() })
-	ctx := ts.timeoutOnArrival(t)
+	it := newNetInterp(t, m, root, eg)
+	ctx := ts.CancelOnArrival(t, execd.ErrTimeout)
 	start := time.Now()
-	_, err = it.Run(ctx, "import hybox_http\nhybox_http.urlopen("+pyQuote(ts.URL+"/hang")+")", newRecorder())
+	_, err := it.Run(ctx, "import hybox_http\nhybox_http.urlopen("+pyQuote(ts.URL+"/hang")+")", newRecorder())
 	require.ErrorIs(t, err, execd.ErrTimeout)
 	assert.Less(t, time.Since(start), 15*time.Second)
 	select {
-	case <-ts.hung:
+	case <-ts.Hung():
 	case <-time.After(5 * time.Second):
 		t.Fatal("the server never saw the request cancelled")
 	}
@@ -231,7 +143,8 @@ func TestHTTPRunTimeoutCancelsRequest(t *testing.T) {
 
 func TestHTTPCommand(t *testing.T) {
 	m := newManager(t, Options{PoolSize: -1})
-	ts, eg := newTestServer(t)
+	ts := egresstest.NewServer(t)
+	eg := ts.Egress()
 	root, dir := newRoot(t)
 	script := `import sys, urllib.request, urllib.error
 try:
@@ -247,7 +160,7 @@ except urllib.error.URLError as e:
 		code           int
 	}{
 		{"ok", ts.URL + "/text", "hello \n", eg, 0},
-		{"denied", "http://denied.test/", "egress to denied.test denied by rule 0 (deny denied.test)\n", eg, 3},
+		{"denied", "http://denied.test/", egresstest.DeniedMessage + "\n", eg, 3},
 		{"no network", ts.URL + "/text", "this sandbox has no network access\n", nil, 3},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -262,7 +175,7 @@ except urllib.error.URLError as e:
 		})
 	}
 	t.Run("timeout", func(t *testing.T) {
-		ctx := ts.timeoutOnArrival(t)
+		ctx := ts.CancelOnArrival(t, execd.ErrTimeout)
 		var out bytes.Buffer
 		code, err := m.RunCommand(ctx, engine.Command{Args: []string{"python3", "script.py", ts.URL + "/hang"},
 			Stdout: &out, Stderr: &out, Root: root, Cwd: "/", Egress: eg})
@@ -272,7 +185,7 @@ except urllib.error.URLError as e:
 }
 
 func TestServeHTTPMalformed(t *testing.T) {
-	_, eg := newTestServer(t)
+	eg := egresstest.NewServer(t).Egress()
 	for _, c := range []struct {
 		name  string
 		frame []byte
