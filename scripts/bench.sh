@@ -23,6 +23,7 @@ out=build/bench.txt
 		# Egress (root: a private upstream network namespace): HTTPS from
 		# inside a container and from a wasm sandbox's host side.
 		go test -run '^$' -bench 'EgressHTTPS|EgressWasmHTTPS' -benchtime 300x ./server/
+		go test -run '^$' -bench . -benchtime 300x ./policy/nft/
 	else
 		echo "container benchmarks skipped: they need root" >&2
 	fi
