@@ -196,6 +196,28 @@ func TestEgressContainers(t *testing.T) {
 			assert.True(t, found, "the bound request reached the upstream")
 			// The secret exists nowhere in the sandbox: not in its
 			// processes' environment, files or memory.
+			// A plaintext binding: injected when the request goes where the
+			// sandbox's resolver sent it, never when a workload sends the
+			// bound Host header to another address it may reach.
+			st, b = h.egressCall(sb.ID, "PATCH", "/credential-vault", map[string]any{"bindings": map[string]any{"add": []map[string]any{{
+				"name": "bound-plain", "match": map[string]any{"schemes": []string{"http"}, "hosts": []string{egresstest.BoundName}},
+				"auth": map[string]string{"type": "bearer", "credential": "api-token"}}}}})
+			require.Equal(t, 200, st, string(b))
+			assert.Equal(t, "OK 200 "+up.Bound.String(), probe("url", "http://api.bound.test/plain-ok"))
+			assert.Equal(t, "SENT", probe("spoof", egresstest.AllowedName, egresstest.BoundName, "/plain-spoof"))
+			plainOK, spoofSeen := false, false
+			for _, r := range up.Requests() {
+				switch r.Path {
+				case "/plain-ok":
+					plainOK = true
+					assert.Equal(t, "Bearer "+vaultSecret, r.Header.Get("Authorization"))
+				case "/plain-spoof":
+					spoofSeen = true
+					assert.Empty(t, r.Header.Get("Authorization"), "a spoofed Host header got the credential")
+				}
+			}
+			assert.True(t, plainOK && spoofSeen, "both plaintext requests reached an upstream")
+
 			// Memory first: the in-sandbox scan must get the needle, so it
 			// gets it reversed and hex-encoded, and only after this.
 			assertNotInMemory(t, sb.ID, vaultSecret)
@@ -277,6 +299,11 @@ def main(a):
             s.sendto(q, (a[1], 53)); s.recv(512); print("ANSWERED")
         except OSError: print("NOANSWER")
         return
+    if a[0] == "spoof":
+        s = socket.create_connection((a[1], 80), timeout=5)
+        s.sendall(("GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" % (a[3], a[2])).encode())
+        while s.recv(65536): pass
+        print("SENT"); return
     if a[0] == "caps":
         eff = int([l for l in open("/proc/self/status") if l.startswith("CapEff")][0].split()[1], 16)
         print("HAS_NET_ADMIN" if eff & (1 << 12) else "NO_NET_ADMIN"); return

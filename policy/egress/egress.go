@@ -28,6 +28,7 @@ import (
 	"net/netip"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -154,6 +155,11 @@ type Sandbox struct {
 	dns     *dnsproxy.Proxy
 	proxy   *tproxy.Proxy
 	learned map[netip.Addr]learnedAddr
+	// answered remembers, per name, the addresses the sandbox's DNS proxy
+	// answered with, until they expire: a plaintext request for a bound
+	// host is intercepted only when it goes to one of them.
+	answered map[string]map[netip.Addr]time.Time
+	learns   int // learn calls, for pruning expired entries now and then
 }
 
 type learnedAddr struct {
@@ -166,7 +172,8 @@ func (m *Manager) New(id string, cfg Config) (*Sandbox, error) {
 	if cfg.Vault != nil && cfg.CA == nil {
 		return nil, errors.New("egress: a vault needs the sandbox's CA")
 	}
-	s := &Sandbox{m: m, id: id, vault: cfg.Vault, ca: cfg.CA, cfg: cfg, learned: map[netip.Addr]learnedAddr{}}
+	s := &Sandbox{m: m, id: id, vault: cfg.Vault, ca: cfg.CA, cfg: cfg, learned: map[netip.Addr]learnedAddr{},
+		answered: map[string]map[netip.Addr]time.Time{}}
 	if err := s.SetPolicy(cfg.Policy); err != nil {
 		return nil, err
 	}
@@ -261,6 +268,22 @@ func (s *Sandbox) learn(name string, addrs []netip.Addr, ttl time.Duration) erro
 		return errors.New("egress firewall is not installed")
 	}
 	exp := time.Now().Add(ttl)
+	if s.learns++; s.learns%256 == 0 {
+		s.pruneLocked(time.Now())
+	}
+	byName := s.answered[name]
+	if byName == nil {
+		byName = map[netip.Addr]time.Time{}
+		s.answered[name] = byName
+	}
+	for a, e := range byName {
+		if time.Now().After(e) {
+			delete(byName, a)
+		}
+	}
+	for _, a := range addrs {
+		byName[a.Unmap()] = exp
+	}
 	for _, a := range addrs {
 		if l, ok := s.learned[a]; ok && l.expires.After(exp) {
 			continue
@@ -274,6 +297,38 @@ func (s *Sandbox) learn(name string, addrs []netip.Addr, ttl time.Duration) erro
 		s.cfg.OnLearn(name, addrs)
 	}
 	return nil
+}
+
+// pruneLocked forgets expired answers, so a workload resolving many names
+// does not grow the maps without bound.
+func (s *Sandbox) pruneLocked(now time.Time) {
+	for a, l := range s.learned {
+		if !now.Before(l.expires) {
+			delete(s.learned, a)
+		}
+	}
+	for name, addrs := range s.answered {
+		for a, exp := range addrs {
+			if !now.Before(exp) {
+				delete(addrs, a)
+			}
+		}
+		if len(addrs) == 0 {
+			delete(s.answered, name)
+		}
+	}
+}
+
+// resolvesTo reports whether the sandbox's DNS proxy answered host with
+// dst's address (and the answer has not expired), or host is dst's address.
+func (s *Sandbox) resolvesTo(host string, dst netip.AddrPort) bool {
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return ip.Unmap() == dst.Addr().Unmap()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	exp, ok := s.answered[strings.ToLower(strings.TrimSuffix(host, "."))][dst.Addr().Unmap()]
+	return ok && time.Now().Before(exp)
 }
 
 // Enforce implements runtimes.Egress: it opens the DNS proxy's and the

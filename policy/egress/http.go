@@ -193,6 +193,9 @@ func (s *Sandbox) newProxy() (*tproxy.Proxy, error) {
 		CA:          s.ca,
 		OriginalDst: nft.OriginalDst,
 		Intercept:   v.Intercepts,
+		// Nothing authenticates a plaintext upstream: inject only when
+		// the sandbox's own resolver sent the request's host there.
+		TrustPlainHTTP: s.resolvesTo,
 		Inject: func(req *http.Request) ([]string, error) {
 			inj, err := v.Inject(req)
 			return inj.Secrets, err

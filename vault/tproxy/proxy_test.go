@@ -171,6 +171,33 @@ func TestPlainHTTP(t *testing.T) {
 	}
 }
 
+// A plaintext request for a bound host, sent to an address the host does
+// not resolve to, is spliced without credentials when TrustPlainHTTP says
+// so; the same request to a trusted address is intercepted.
+func TestPlainHTTPUntrustedDestination(t *testing.T) {
+	for _, trusted := range []bool{false, true} {
+		e := newEnv(t, dstHTTP, func(_ *env, cfg *tproxy.Config) {
+			cfg.TrustPlainHTTP = func(host string, dst netip.AddrPort) bool {
+				return trusted && host == boundHost && dst == dstHTTP
+			}
+		})
+		rec := &recorder{}
+		e.plainUpstream(dstHTTP, rec)
+		c, _ := e.client(nil)
+		res, err := c.Get("http://" + boundHost + "/p")
+		require.NoError(t, err)
+		assert.Equal(t, "ok", readBody(t, res))
+		got := rec.all()
+		require.Len(t, got, 1)
+		if trusted {
+			assert.Equal(t, "Bearer "+secret, got[0].auth)
+		} else {
+			assert.Empty(t, got[0].auth, "no credential to an address the host does not resolve to")
+			assert.Empty(t, e.injectedURLs())
+		}
+	}
+}
+
 func TestKeepAlive(t *testing.T) {
 	for _, scheme := range []string{"https", "http"} {
 		t.Run(scheme, func(t *testing.T) {

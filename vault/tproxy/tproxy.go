@@ -83,6 +83,13 @@ type Config struct {
 	// destination port are terminated and their HTTP requests passed to
 	// Inject. Nil intercepts nothing: every connection is spliced.
 	Intercept func(host string, port int) bool
+	// TrustPlainHTTP, when set, must also agree before a plaintext HTTP
+	// connection is intercepted: nothing authenticates a plaintext
+	// upstream, so a workload could send a bound Host header to any
+	// address it may reach. The caller checks that host really resolves
+	// to dst (for example, through the sandbox's own DNS answers). Nil
+	// trusts every plaintext connection that Intercept accepts.
+	TrustPlainHTTP func(host string, dst netip.AddrPort) bool
 	// Inject sets credentials on an intercepted request before it is
 	// forwarded. req.URL is absolute (scheme://host:port/path?query, scheme
 	// "http" for plaintext connections) and req.Host is the Host header.
@@ -401,6 +408,11 @@ func (p *Proxy) handle(c net.Conn) {
 	_ = c.SetReadDeadline(time.Time{})
 	if !isHTTP || err != nil || !p.cfg.Intercept(host, port) {
 		s.log.Debug("tproxy: splice", "http", isHTTP, "host", host, "err", err)
+		s.splice()
+		return
+	}
+	if p.cfg.TrustPlainHTTP != nil && !p.cfg.TrustPlainHTTP(host, dst) {
+		s.log.Warn("tproxy: plaintext request for a bound host to an address it does not resolve to; spliced without credentials", "host", host, "dst", dst)
 		s.splice()
 		return
 	}
