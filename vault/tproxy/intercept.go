@@ -15,7 +15,6 @@ import (
 	"net/netip"
 	"net/url"
 	"strconv"
-	"strings"
 	"sync"
 )
 
@@ -143,10 +142,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer p.wg.Done()
 
+	// Upgrades (WebSocket) are forwarded: the credential goes into the
+	// upgrade request, and ReverseProxy then copies the two streams.
 	switch {
-	case upgradeType(r.Header) != "":
-		http.Error(w, "hybox: protocol upgrades (such as WebSocket) are not supported yet for hosts with credential bindings", http.StatusNotImplemented)
-		return
 	case r.Method == http.MethodConnect || r.RequestURI == "*":
 		http.Error(w, "hybox: this request form is not supported for hosts with credential bindings", http.StatusNotImplemented)
 		return
@@ -205,18 +203,6 @@ func rewrite(pr *httputil.ProxyRequest) {
 		}
 	}
 	pr.Out.URL.RawQuery = pr.In.URL.RawQuery
-}
-
-// upgradeType returns the protocol a request asks to switch to, if any.
-func upgradeType(h http.Header) string {
-	for _, v := range h["Connection"] {
-		for tok := range strings.SplitSeq(v, ",") {
-			if strings.EqualFold(strings.TrimSpace(tok), "upgrade") {
-				return h.Get("Upgrade")
-			}
-		}
-	}
-	return ""
 }
 
 type roundTripperFunc func(*http.Request) (*http.Response, error)

@@ -367,12 +367,6 @@ func TestRefusedRequests(t *testing.T) {
 		want   string
 	}{
 		{
-			name:   "WebSocket upgrade",
-			edit:   func(r *http.Request) { r.Header.Set("Connection", "Upgrade"); r.Header.Set("Upgrade", "websocket") },
-			status: http.StatusNotImplemented,
-			want:   "not supported yet",
-		},
-		{
 			name:   "Host differs from the server name",
 			edit:   func(r *http.Request) { r.Host = "evil.example.test" },
 			status: http.StatusMisdirectedRequest,
@@ -623,4 +617,46 @@ func TestConfigValidate(t *testing.T) {
 			require.NoError(t, p.Close())
 		})
 	}
+}
+
+// An upgrade (WebSocket) to a bound host is forwarded with the credential;
+// the 101 answer's headers are redacted, then bytes flow both ways.
+func TestUpgradeIntercepted(t *testing.T) {
+	e := newEnv(t, dstHTTPS, nil)
+	seen := make(chan string, 1)
+	e.tlsUpstream(dstHTTPS, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.EqualFold(r.Header.Get("Upgrade"), "echo") {
+			http.Error(w, "want an upgrade", http.StatusBadRequest)
+			return
+		}
+		seen <- r.Header.Get("Authorization")
+		c, rw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		fmt.Fprintf(rw, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\nX-Echo: %s\r\n\r\n", r.Header.Get("Authorization"))
+		rw.Flush()
+		buf := make([]byte, 4)
+		if _, err := io.ReadFull(rw, buf); err == nil {
+			c.Write(buf)
+		}
+	}))
+	c, err := tls.Dial("tcp", e.addr, &tls.Config{ServerName: boundHost, RootCAs: e.sandbox})
+	require.NoError(t, err)
+	defer c.Close()
+	_, err = fmt.Fprintf(c, "GET /ws HTTP/1.1\r\nHost: %s\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n", boundHost)
+	require.NoError(t, err)
+	br := bufio.NewReader(c)
+	res, err := http.ReadResponse(br, nil)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusSwitchingProtocols, res.StatusCode)
+	assert.Equal(t, "Bearer "+secret, <-seen, "the upgrade request carries the credential")
+	assert.NotContains(t, res.Header.Get("X-Echo"), secret, "echoed in the 101 answer: redacted")
+	_, err = c.Write([]byte("ping"))
+	require.NoError(t, err)
+	got := make([]byte, 4)
+	_, err = io.ReadFull(br, got)
+	require.NoError(t, err)
+	assert.Equal(t, "ping", string(got))
 }

@@ -17,7 +17,8 @@
 //     TLS server name, or the first request's Host for plaintext): another
 //     Host is answered 421, so credentials cannot be fronted to a different
 //     virtual host behind the same server.
-//   - Upgrade requests (WebSocket) and CONNECT are answered 501 for now.
+//   - Upgrade requests (WebSocket) are forwarded with the credential in the
+//     upgrade request; CONNECT is answered 501.
 //   - An upstream that cannot be reached or whose certificate does not
 //     verify for the host against Config.RootCAs is answered 502.
 //   - Plaintext HTTP is intercepted too when Config.Intercept says so.
