@@ -90,7 +90,9 @@ func NewManager(opts Options) (*Manager, error) {
 	if len(opts.DNSUpstreams) == 0 {
 		ups, err := hostResolvers("/etc/resolv.conf")
 		if err != nil {
-			return nil, err
+			// As the C library does without a nameserver line.
+			opts.Logger.Warn("no DNS upstream configured and none in the host's resolv.conf; using 127.0.0.1:53", "err", err)
+			ups = []string{"127.0.0.1:53"}
 		}
 		opts.DNSUpstreams = ups
 	}
