@@ -462,6 +462,8 @@ func (s *Sandbox) Env() map[string]string {
 		"SSL_CERT_FILE":       bundlePath,
 		"REQUESTS_CA_BUNDLE":  bundlePath,
 		"CURL_CA_BUNDLE":      bundlePath,
+		"PIP_CERT":            bundlePath,
+		"AWS_CA_BUNDLE":       bundlePath,
 		"NODE_EXTRA_CA_CERTS": caPath,
 	}
 }

@@ -35,6 +35,8 @@ func TestFilesAndEnv(t *testing.T) {
 		"SSL_CERT_FILE":       "/etc/ssl/certs/ca-certificates.crt",
 		"REQUESTS_CA_BUNDLE":  "/etc/ssl/certs/ca-certificates.crt",
 		"CURL_CA_BUNDLE":      "/etc/ssl/certs/ca-certificates.crt",
+		"PIP_CERT":            "/etc/ssl/certs/ca-certificates.crt",
+		"AWS_CA_BUNDLE":       "/etc/ssl/certs/ca-certificates.crt",
 		"NODE_EXTRA_CA_CERTS": "/etc/hybox/ca.crt",
 	}, s.Env())
 	assert.Same(t, ca, s.CA())
