@@ -188,26 +188,21 @@ func assertTCPAllowed(t *testing.T, ns string, a netip.Addr) {
 }
 
 // assertTCPRejected checks that a connection is refused at once: a reset
-// (ECONNREFUSED), not a silent drop, which would end in a timeout.
+// (ECONNREFUSED), not a silent drop, which would end in the dial's
+// timeout instead.
 func assertTCPRejected(t *testing.T, ns string, a netip.Addr, port uint16) {
 	t.Helper()
-	start := time.Now()
 	_, err := dialTCP(ns, a, port)
-	elapsed := time.Since(start)
 	assert.ErrorIs(t, err, syscall.ECONNREFUSED, "tcp to %v:%d must be rejected", a, port)
-	assert.Less(t, elapsed, time.Second, "rejection of %v:%d must be fast", a, port)
 }
 
 // assertUDPRejected checks that a datagram fails with an error, not a
 // timeout.
 func assertUDPRejected(t *testing.T, ns string, a netip.Addr, port uint16) {
 	t.Helper()
-	start := time.Now()
 	err := udpEcho(ns, a, port)
-	elapsed := time.Since(start)
 	require.Error(t, err, "udp to %v:%d must be rejected", a, port)
 	assert.NotErrorIs(t, err, os.ErrDeadlineExceeded, "udp to %v:%d must fail, not time out", a, port)
-	assert.Less(t, elapsed, time.Second, "udp to %v:%d must fail fast", a, port)
 }
 
 func open(t *testing.T, ns string) *nft.Table {
