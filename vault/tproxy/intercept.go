@@ -73,7 +73,9 @@ func (c *interceptConn) CloseWrite() error {
 func (p *Proxy) interceptTLS(c net.Conn, br *bufio.Reader, dst netip.AddrPort, host string, log *slog.Logger) bool {
 	tc := tls.Server(&peekedConn{Conn: c, r: br}, &tls.Config{
 		MinVersion: tls.VersionTLS12,
-		NextProtos: []string{"http/1.1"},
+		// HTTP/2 too: the server below speaks it on the terminated
+		// stream (h2-only clients such as gRPC need it).
+		NextProtos: []string{"h2", "http/1.1"},
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 			return p.cfg.CA.Leaf(host)
 		},
@@ -106,7 +108,13 @@ func (p *Proxy) newHTTPServer() *http.Server {
 		ErrorHandler:   p.upstreamError,
 		ErrorLog:       errLog,
 	}
+	// The server gets the TLS-terminated stream, not a *tls.Conn, so it
+	// sees HTTP/2 as "unencrypted": it tells it from HTTP/1 by its preface.
+	var protos http.Protocols
+	protos.SetHTTP1(true)
+	protos.SetUnencryptedHTTP2(true)
 	return &http.Server{
+		Protocols:                    &protos,
 		Handler:                      &handler{p: p, rp: rp},
 		ReadHeaderTimeout:            readHeaderTimeout,
 		IdleTimeout:                  p.idle,
@@ -255,6 +263,7 @@ func (p *Proxy) transport(host string, dst netip.AddrPort) *http.Transport {
 			MinVersion: tls.VersionTLS12,
 		},
 		TLSHandshakeTimeout:   handshakeTimeout,
+		ForceAttemptHTTP2:     true, // upgrades still go over HTTP/1.1
 		DisableCompression:    true, // pass encodings through untouched
 		MaxIdleConnsPerHost:   16,
 		IdleConnTimeout:       p.idle,

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"runtime"
 	"strings"
@@ -97,11 +98,17 @@ func TestInterceptHTTPS(t *testing.T) {
 	_, err = leaf.Verify(x509VerifyOptions(e.roots, boundHost))
 	require.Error(t, err, "the leaf must not chain to the upstream CA")
 
-	// ALPN offers HTTP/1.1 only, even to a client preferring h2.
-	tc, err := tls.Dial("tcp", e.addr, &tls.Config{ServerName: boundHost, RootCAs: e.sandbox, NextProtos: []string{"h2", "http/1.1"}})
-	require.NoError(t, err)
-	assert.Equal(t, "http/1.1", tc.ConnectionState().NegotiatedProtocol)
-	tc.Close()
+	// ALPN: h2 for a client that offers it, HTTP/1.1 for one that does not.
+	for _, c := range []struct{ offer, want []string }{
+		{[]string{"h2", "http/1.1"}, []string{"h2"}},
+		{[]string{"http/1.1"}, []string{"http/1.1"}},
+		{nil, []string{""}},
+	} {
+		tc, err := tls.Dial("tcp", e.addr, &tls.Config{ServerName: boundHost, RootCAs: e.sandbox, NextProtos: c.offer})
+		require.NoError(t, err)
+		assert.Equal(t, c.want[0], tc.ConnectionState().NegotiatedProtocol, "offer %v", c.offer)
+		tc.Close()
+	}
 
 	// The secret echoed in a response header was redacted.
 	assert.Equal(t, "Bearer [REDACTED]", res.Header.Get("X-Echo-Auth"))
@@ -657,4 +664,38 @@ func TestUpgradeIntercepted(t *testing.T) {
 	_, err = io.ReadFull(br, got)
 	require.NoError(t, err)
 	assert.Equal(t, "ping", string(got))
+}
+
+// An HTTP/2-only client (such as gRPC) is intercepted over HTTP/2, and the
+// request reaches an HTTP/2 upstream with the credential and trailers.
+func TestHTTP2Intercepted(t *testing.T) {
+	e := newEnv(t, dstHTTPS, nil)
+	type seen struct {
+		proto int
+		auth  string
+	}
+	got := make(chan seen, 1)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- seen{r.ProtoMajor, r.Header.Get("Authorization")}
+		w.Header().Set("Trailer", "X-Status")
+		io.WriteString(w, "h2 ok")
+		w.Header().Set("X-Status", "done")
+	}))
+	srv.EnableHTTP2 = true
+	srv.TLS = &tls.Config{GetCertificate: func(h *tls.ClientHelloInfo) (*tls.Certificate, error) { return e.upCA.Leaf(h.ServerName) }}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	e.route(dstHTTPS, srv.Listener.Addr().String())
+
+	c, tr := e.client(e.sandbox)
+	tr.ForceAttemptHTTP2 = true
+	tr.TLSClientConfig.NextProtos = []string{"h2"} // h2 only: no fallback
+	res, err := c.Get("https://" + boundHost + "/rpc")
+	require.NoError(t, err)
+	assert.Equal(t, 2, res.ProtoMajor, "the sandbox side speaks HTTP/2")
+	assert.Equal(t, "h2 ok", readBody(t, res))
+	assert.Equal(t, "done", res.Trailer.Get("X-Status"), "trailers pass through")
+	s := <-got
+	assert.Equal(t, 2, s.proto, "the upstream side speaks HTTP/2")
+	assert.Equal(t, "Bearer "+secret, s.auth)
 }

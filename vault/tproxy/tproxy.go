@@ -3,7 +3,7 @@
 // destination, peeks at the first bytes without consuming them, and either
 // splices the connection untouched to that destination or, only when the
 // destination host has a credential binding, terminates TLS with a leaf
-// certificate from the sandbox's own CA, reads the HTTP/1.1 requests, lets
+// certificate from the sandbox's own CA, reads the HTTP requests, lets
 // the caller inject credentials into each, and forwards it over a verified
 // TLS connection to the original destination address. Plaintext HTTP to a
 // bound host is handled alike. The proxy never resolves names: every
@@ -11,8 +11,9 @@
 //
 // What a sandbox sees of an intercepted host, and the current limits:
 //
-//   - The leaf certificate chains to the sandbox's CA only; ALPN offers
-//     HTTP/1.1 only, so clients fall back from HTTP/2.
+//   - The leaf certificate chains to the sandbox's CA only. ALPN offers h2
+//     and HTTP/1.1; upstream connections use HTTP/2 when the upstream
+//     offers it (upgrades always go over HTTP/1.1).
 //   - Each request must name the host the connection was opened to (the
 //     TLS server name, or the first request's Host for plaintext): another
 //     Host is answered 421, so credentials cannot be fronted to a different
@@ -21,10 +22,9 @@
 //     upgrade request; CONNECT is answered 501.
 //   - An upstream that cannot be reached or whose certificate does not
 //     verify for the host against Config.RootCAs is answered 502.
-//   - Plaintext HTTP is intercepted too when Config.Intercept says so.
-//     Nothing authenticates a plaintext upstream, so Inject should refuse
-//     (or not bind) credentials for scheme "http" unless the destination is
-//     trusted by other means.
+//   - Plaintext HTTP is intercepted too when Config.Intercept says so and
+//     Config.TrustPlainHTTP agrees that the host really lives at the
+//     destination: nothing else authenticates a plaintext upstream.
 //   - A request head or ClientHello larger than 32 KiB, or one that arrives
 //     too slowly, is spliced without interception.
 package tproxy
