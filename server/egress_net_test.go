@@ -227,8 +227,32 @@ func TestEgressContainers(t *testing.T) {
 			st, b = h.egressCall(sb.ID, "PATCH", "/policy", []map[string]string{{"action": "allow", "target": egresstest.DeniedName}})
 			require.Equal(t, 200, st, string(b))
 			assert.Equal(t, "OK 200 "+up.Denied.String(), probe("url", "http://denied.test/"))
+			// Connections held open across the change: the one to the
+			// name losing its rule is cut, the other one is kept.
+			writeFile(t, h, sb.ID, "/tmp/hold.py", holdProbe)
+			held := make(chan []byte, 1)
+			go func() {
+				_, b := h.execd(sb.ID, "POST", "/command", map[string]any{"command": "python3 /tmp/hold.py"})
+				held <- b
+			}()
+			for lines(h.command(sb.ID, "cat /tmp/hold.state 2>/dev/null")) != "OPEN" {
+				select {
+				case b := <-held:
+					t.Fatalf("the holding command ended before it held: %+v", summarise(t, b))
+				case <-time.After(50 * time.Millisecond):
+				}
+			}
 			st, b = h.egressCall(sb.ID, "DELETE", "/policy", []string{egresstest.DeniedName})
 			require.Equal(t, 200, st, string(b))
+			h.command(sb.ID, "touch /tmp/hold.go")
+			select {
+			case b := <-held:
+				o := summarise(t, b)
+				require.Nil(t, o.err, "%+v", o)
+				assert.Equal(t, "allowed.test ALIVE\ndenied.test ABORTED", lines(o), "held connections after the DELETE")
+			case <-time.After(30 * time.Second):
+				t.Fatal("the holding command did not finish")
+			}
 			assert.Equal(t, "NXDOMAIN", probe("resolve", "denied.test"))
 			assert.Equal(t, "REFUSED", probe("tcp", up.Denied.String(), "80"), "the learned address went with the rule")
 
@@ -438,6 +462,39 @@ func memContains(pid int, needle []byte) (bool, error) {
 	}
 	return false, nil
 }
+
+// holdProbe opens a kept-alive HTTP connection to allowed.test and one to
+// denied.test, writes OPEN to /tmp/hold.state, waits for /tmp/hold.go,
+// then uses both again and prints, per name, ALIVE or how the second
+// request failed.
+const holdProbe = `
+import os, socket, time
+def get(s, name):
+    s.sendall(("GET / HTTP/1.1\r\nHost: %s\r\n\r\n" % name).encode())
+    data = s.recv(65536)
+    if not data:
+        raise EOFError
+    return data
+conns = {}
+for name in ("allowed.test", "denied.test"):
+    conns[name] = socket.create_connection((name, 80), timeout=10)
+    get(conns[name], name)
+open("/tmp/hold.state", "w").write("OPEN")
+while not os.path.exists("/tmp/hold.go"):
+    time.sleep(0.02)
+for name, s in conns.items():
+    try:
+        get(s, name)
+        print(name, "ALIVE")
+    except ConnectionAbortedError:
+        print(name, "ABORTED")
+    except ConnectionResetError:
+        print(name, "RESET")
+    except EOFError:
+        print(name, "CLOSED")
+    except OSError as e:
+        print(name, "ERROR", e)
+`
 
 // Creating and deleting container sandboxes with a policy and a credential
 // proxy leaves no goroutine or file descriptor of their DNS and credential

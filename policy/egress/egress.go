@@ -27,6 +27,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -161,8 +162,18 @@ type Sandbox struct {
 	// answered with, until they expire: a plaintext request for a bound
 	// host is intercepted only when it goes to one of them.
 	answered map[string]map[netip.Addr]time.Time
-	learns   int // learn calls, for pruning expired entries now and then
+	// seen remembers the names each address was answered for, past
+	// their expiry (up to maxSeen addresses): a connection outlives its
+	// answer's TTL, and a policy change decides it by those names.
+	seen   map[netip.Addr][]string
+	learns int // learn calls, for pruning expired entries now and then
 }
+
+// Bounds of Sandbox.seen.
+const (
+	maxSeen      = 1 << 14
+	maxSeenNames = 8
+)
 
 type learnedAddr struct {
 	name    string
@@ -175,7 +186,7 @@ func (m *Manager) New(id string, cfg Config) (*Sandbox, error) {
 		return nil, errors.New("egress: a vault needs the sandbox's CA")
 	}
 	s := &Sandbox{m: m, id: id, vault: cfg.Vault, ca: cfg.CA, cfg: cfg, learned: map[netip.Addr]learnedAddr{},
-		answered: map[string]map[netip.Addr]time.Time{}}
+		answered: map[string]map[netip.Addr]time.Time{}, seen: map[netip.Addr][]string{}}
 	if err := s.SetPolicy(cfg.Policy); err != nil {
 		return nil, err
 	}
@@ -193,8 +204,9 @@ func (s *Sandbox) CA() *tproxy.CA { return s.ca }
 
 // SetPolicy compiles p and makes it the sandbox's policy. In a container
 // the firewall is replaced in one transaction before SetPolicy returns, so
-// new connections follow the new policy at once; established ones are
-// kept.
+// new connections follow the new policy at once, and then the established
+// connections that the new policy denies are cut (see nft.Cut); the others
+// are kept.
 func (s *Sandbox) SetPolicy(p *policy.Policy) error {
 	var c *policy.Compiled
 	if p != nil {
@@ -214,7 +226,48 @@ func (s *Sandbox) SetPolicy(p *policy.Policy) error {
 	if s.table == nil {
 		return nil
 	}
-	return s.applyLocked()
+	if err := s.applyLocked(); err != nil {
+		return err
+	}
+	s.cutLocked()
+	return nil
+}
+
+// cutLocked ends the container's established connections that the current
+// policy denies. The policy is in force whatever happens here, so a
+// failure is logged, not returned.
+func (s *Sandbox) cutLocked() {
+	c := s.Policy()
+	if c == nil {
+		return
+	}
+	cut, err := nft.Cut(s.nsPath, func(a netip.Addr) bool { return !s.allowsLocked(c, a) })
+	log := s.m.opts.Logger
+	for _, f := range cut {
+		log.Debug("connection cut by a policy change", "sandbox", s.id, "flow", f.String())
+	}
+	if err != nil {
+		log.Error("cutting connections that the new policy denies", "sandbox", s.id, "err", err)
+	}
+}
+
+// allowsLocked decides an established connection to a under c: an IP rule
+// that matches a decides; otherwise the names the sandbox's resolver
+// answered with a (any one allowed keeps it); otherwise the default.
+func (s *Sandbox) allowsLocked(c *policy.Compiled, a netip.Addr) bool {
+	d := c.Addr(a)
+	if d.Index >= 0 {
+		return d.Allow
+	}
+	if names := s.seen[a.Unmap()]; len(names) > 0 {
+		for _, n := range names {
+			if c.Name(n).Allow {
+				return true
+			}
+		}
+		return false
+	}
+	return d.Allow
 }
 
 // rules is the firewall for the current policy.
@@ -284,7 +337,9 @@ func (s *Sandbox) learn(name string, addrs []netip.Addr, ttl time.Duration) erro
 		}
 	}
 	for _, a := range addrs {
-		byName[a.Unmap()] = exp
+		a = a.Unmap()
+		byName[a] = exp
+		s.rememberLocked(a, name)
 	}
 	for _, a := range addrs {
 		if l, ok := s.learned[a]; ok && l.expires.After(exp) {
@@ -299,6 +354,24 @@ func (s *Sandbox) learn(name string, addrs []netip.Addr, ttl time.Duration) erro
 		s.cfg.OnLearn(name, addrs)
 	}
 	return nil
+}
+
+// rememberLocked records that a was answered for name in s.seen.
+func (s *Sandbox) rememberLocked(a netip.Addr, name string) {
+	names, ok := s.seen[a]
+	if slices.Contains(names, name) {
+		return
+	}
+	if !ok && len(s.seen) >= maxSeen {
+		for old := range s.seen { // an arbitrary one
+			delete(s.seen, old)
+			break
+		}
+	}
+	if len(names) >= maxSeenNames {
+		names = names[1:]
+	}
+	s.seen[a] = append(names, name)
 }
 
 // pruneLocked forgets expired answers, so a workload resolving many names

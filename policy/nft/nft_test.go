@@ -631,3 +631,171 @@ func TestConcurrentUse(t *testing.T) {
 		assert.Contains(t, out, "198.51.100.1")
 	}
 }
+
+// lineEcho echoes every line of every connection until the peer closes.
+func lineEcho(l net.Listener) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			_, _ = io.Copy(c, c)
+		}()
+	}
+}
+
+// roundTrip writes msg on c and reads it back.
+func roundTrip(c net.Conn, msg string) error {
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Write([]byte(msg)); err != nil {
+		return err
+	}
+	buf := make([]byte, len(msg))
+	if _, err := io.ReadFull(c, buf); err != nil {
+		return err
+	}
+	if string(buf) != msg {
+		return fmt.Errorf("echo %q, want %q", buf, msg)
+	}
+	return nil
+}
+
+func TestCutEndsDeniedEstablishedFlows(t *testing.T) {
+	top := newTopology(t)
+	sb, up := top.sandbox.Path, top.upstream.Path
+	const echoPort = 9090
+	l, err := netns.ListenTCP(up, ":"+strconv.Itoa(echoPort))
+	require.NoError(t, err)
+	defer l.Close()
+	go lineEcho(l)
+	// An inbound connection: a server in the sandbox, a client upstream.
+	in, err := netns.ListenTCP(sb, ":"+strconv.Itoa(echoPort))
+	require.NoError(t, err)
+	defer in.Close()
+	go lineEcho(in)
+
+	tbl := open(t, sb)
+	allow := func(addrs ...netip.Addr) nft.Rules {
+		r := nft.Rules{Enforce: true}
+		for _, a := range addrs {
+			r.IPRules = append(r.IPRules, nft.IPRule{Prefix: netip.PrefixFrom(a, a.BitLen()), Allow: true})
+		}
+		return r
+	}
+	require.NoError(t, tbl.Apply(allow(up1, up3, up6a), nil))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	dial := func(ns, network string, dst netip.AddrPort) net.Conn {
+		c, err := netns.Dial(ctx, ns, network, dst.String())
+		require.NoError(t, err)
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	revoked := dial(sb, "tcp", netip.AddrPortFrom(up1, echoPort))
+	revoked6 := dial(sb, "tcp", netip.AddrPortFrom(up6a, echoPort))
+	kept := dial(sb, "tcp", netip.AddrPortFrom(up3, echoPort))
+	revokedUDP := dial(sb, "udp", netip.AddrPortFrom(up1, udpPort))
+	inbound := dial(up, "tcp", netip.AddrPortFrom(sandbox4, echoPort))
+	for _, c := range []net.Conn{revoked, revoked6, kept, revokedUDP, inbound} {
+		require.NoError(t, roundTrip(c, "before\n"), "%v", c.RemoteAddr())
+	}
+
+	// A stricter policy stops new connections, not established ones:
+	// the reason Cut exists.
+	require.NoError(t, tbl.Apply(allow(up3), nil))
+	assertTCPRejected(t, sb, up1, echoPort)
+	require.NoError(t, roundTrip(revoked, "still\n"), "established flows pass the filter")
+
+	denied := func(a netip.Addr) bool { return a != up3 }
+	cut, err := nft.Cut(sb, denied)
+	require.NoError(t, err)
+	want := []nft.Flow{
+		{Proto: unix.IPPROTO_TCP, Dst: netip.AddrPortFrom(up1, echoPort)},
+		{Proto: unix.IPPROTO_TCP, Dst: netip.AddrPortFrom(up6a, echoPort)},
+		{Proto: unix.IPPROTO_UDP, Dst: netip.AddrPortFrom(up1, udpPort)},
+	}
+	var got []nft.Flow
+	for _, f := range cut {
+		assert.True(t, f.Src.Addr() == sandbox4 || f.Src.Addr() == sandbox6, "source of %v", f)
+		f.Src = netip.AddrPort{}
+		got = append(got, f)
+	}
+	assert.ElementsMatch(t, want, got)
+
+	for _, c := range []net.Conn{revoked, revoked6} {
+		err := roundTrip(c, "after\n")
+		assert.ErrorIs(t, err, syscall.ECONNABORTED, "the socket to %v is destroyed", c.RemoteAddr())
+	}
+	assert.Error(t, roundTrip(revokedUDP, "after\n"), "the UDP socket to %v is destroyed", revokedUDP.RemoteAddr())
+	assert.NoError(t, roundTrip(kept, "after\n"), "an allowed flow is kept")
+	assert.NoError(t, roundTrip(inbound, "after\n"), "an inbound flow is kept")
+
+	// Nothing left to cut.
+	cut, err = nft.Cut(sb, denied)
+	require.NoError(t, err)
+	assert.Empty(t, cut)
+}
+
+func TestCutEndsRedirectedFlows(t *testing.T) {
+	top := newTopology(t)
+	sb, up := top.sandbox.Path, top.upstream.Path
+	l, err := netns.ListenTCP(up, ":9090")
+	require.NoError(t, err)
+	defer l.Close()
+	go lineEcho(l)
+	// A splicing proxy in the sandbox's namespace, dialing from the host:
+	// the credential proxy's arrangement.
+	proxy, err := netns.ListenTCP(sb, "127.0.0.1:0")
+	require.NoError(t, err)
+	defer proxy.Close()
+	proxyClosed := make(chan struct{}, 1)
+	go func() {
+		for {
+			c, err := proxy.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				dst, err := nft.OriginalDst(c)
+				if err != nil {
+					return
+				}
+				u, err := netns.Dial(context.Background(), up, "tcp", dst.String())
+				if err != nil {
+					return
+				}
+				defer u.Close()
+				go func() { _, _ = io.Copy(u, c); u.Close() }()
+				_, _ = io.Copy(c, u)
+				proxyClosed <- struct{}{}
+			}()
+		}
+	}()
+	tbl := open(t, sb)
+	r := nft.Rules{Enforce: true, RedirectPort: uint16(proxy.Addr().(*net.TCPAddr).Port),
+		IPRules: []nft.IPRule{{Prefix: pfx("10.250.1.1/32"), Allow: true}}}
+	require.NoError(t, tbl.Apply(r, nil))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := netns.Dial(ctx, sb, "tcp", netip.AddrPortFrom(up1, 9090).String())
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, roundTrip(c, "via proxy\n"))
+
+	r.IPRules = nil
+	require.NoError(t, tbl.Apply(r, nil))
+	cut, err := nft.Cut(sb, func(netip.Addr) bool { return true })
+	require.NoError(t, err)
+	require.Len(t, cut, 1)
+	assert.Equal(t, netip.AddrPortFrom(up1, 9090), cut[0].Dst, "the flow is known by its original destination")
+	assert.ErrorIs(t, roundTrip(c, "after\n"), syscall.ECONNABORTED)
+	select {
+	case <-proxyClosed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the proxy's side of the flow was not reset")
+	}
+}
