@@ -109,6 +109,28 @@ func TestEgressWasm(t *testing.T) {
 	}
 	assert.True(t, seen, "the bound request reached the upstream")
 	assert.NotContains(t, py(`__import__("os").environ`), vaultSecret)
+	// http.client goes the same way: injected over HTTPS, denied by rule.
+	o := h.code(sb.ID, "python", `import http.client
+c = http.client.HTTPSConnection("api.bound.test")
+c.request("GET", "/via-http-client")
+r = c.getresponse()
+print("%d:%d" % (r.status, r.read().decode().count("`+vaultSecret+`")))
+c2 = http.client.HTTPConnection("denied.test")
+c2.request("GET", "/")
+try:
+    c2.getresponse()
+except OSError as e:
+    print("ERR " + str(e))`)
+	require.Nil(t, o.err, "%+v", o)
+	assert.Regexp(t, `^200:0\nERR .*denied by the default action`, lines(o))
+	viaClient := false
+	for _, r := range up.Requests() {
+		if r.Path == "/via-http-client" {
+			viaClient = true
+			assert.Equal(t, "Bearer "+vaultSecret, r.Header.Get("Authorization"))
+		}
+	}
+	assert.True(t, viaClient, "the http.client request reached the upstream")
 
 	// JavaScript's fetch follows the same policy.
 	js := func(code string) string {

@@ -80,6 +80,49 @@ try:
     urllib.request.urlopen("https://denied.test/")
 except urllib.error.URLError as e:
     print(e.reason)`, "404 b'nope'\n" + egresstest.DeniedMessage + "\n"},
+		{"http.client get, keep-alive and 404", `import http.client, urllib.parse
+hp = urllib.parse.urlsplit(base)
+c = http.client.HTTPConnection(hp.hostname, hp.port, timeout=10)
+c.request("GET", "/text", headers={"X-Custom": "v1"})
+r = c.getresponse()
+print(r.status, r.reason, r.getheader("X-Reply"), r.read().decode())
+c.request("GET", "/missing")
+r = c.getresponse()
+print(r.status, r.read().strip())
+c.close()`, "200 OK yes hello v1\n404 b'nope'\n"},
+		{"http.client bodies: sized, chunked, file", `import http.client, io, urllib.parse
+hp = urllib.parse.urlsplit(base)
+c = http.client.HTTPConnection(hp.hostname, hp.port)
+c.request("POST", "/echo", body=b"\x00sized\xff", headers={"Content-Type": "application/x-raw"})
+r = c.getresponse()
+print(r.getheader("X-Method"), r.getheader("X-Content-Type"), r.read())
+c.request("PUT", "/echo", body=iter([b"chu", b"nked"]), encode_chunked=True)
+print(c.getresponse().read())
+c.request("POST", "/echo", body=io.BytesIO(b"from a file"))
+print(c.getresponse().read())`, "POST application/x-raw b'\\x00sized\\xff'\nb'chunked'\nb'from a file'\n"},
+		{"http.client: redirects returned, HEAD, denial", `import http.client, urllib.parse
+hp = urllib.parse.urlsplit(base)
+c = http.client.HTTPConnection(hp.hostname, hp.port)
+c.request("GET", "/redirect")
+r = c.getresponse()
+print(r.status, r.getheader("Location"), r.read() is not None)
+c.request("HEAD", "/text")
+r = c.getresponse()
+print(r.status, r.getheader("Content-Length"), r.read())
+try:
+    d = http.client.HTTPSConnection("denied.test", context=None)
+    d.request("GET", "/")
+    d.getresponse()
+except OSError as e:
+    print(type(e).__name__, e.reason if hasattr(e, "reason") else e)
+c.request("GET", "/ping")
+print(c.getresponse().read())
+t = http.client.HTTPConnection("proxy.test", 3128)
+t.set_tunnel("x.test")
+try:
+    t.request("GET", "/")
+except OSError as e:
+    print(e)`, "302 /text True\n200 6 b''\nURLError " + egresstest.DeniedMessage + "\nb'pong'\nHTTP tunnels (set_tunnel) are not supported in a hybox sandbox\n"},
 		{"request timeout", `try:
     hybox_http.urlopen(base + "/hang", timeout=0.2)
 except urllib.error.URLError as e:

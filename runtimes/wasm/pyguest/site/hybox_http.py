@@ -10,7 +10,8 @@ requests raise urllib.error.URLError whose reason is the host's explanation
         print(r.status, r.headers["Content-Type"], r.json())
 
 urllib.request.urlopen (and openers built by urllib.request.build_opener)
-use the same channel: the start-up hook patches urllib.request when it is
+and http.client's HTTPConnection and HTTPSConnection use the same channel:
+the start-up hook patches urllib.request and http.client when they are
 first imported.
 """
 
@@ -20,7 +21,6 @@ import os as _os
 import struct as _struct
 import urllib.error as _uerror
 import urllib.response as _uresponse
-from http.client import HTTPMessage as _HTTPMessage
 
 __all__ = ["urlopen", "Response", "HTTPError", "URLError", "MAX_BODY"]
 
@@ -127,7 +127,11 @@ def _body_bytes(data):
 
 
 def _headers_message(pairs):
-    msg = _HTTPMessage()
+    # Imported here: the start-up hook patches http.client through this
+    # module, so this module must not import it first.
+    from http.client import HTTPMessage
+
+    msg = HTTPMessage()
     for k, v in pairs:
         msg[k] = v
     return msg
@@ -210,11 +214,12 @@ def _urllib_open(handler, req):
 
 
 class _PatchingLoader:
-    """Wraps urllib.request's loader to route its HTTP handlers through the
-    host once the module has run."""
+    """Wraps the loader of urllib.request or http.client to route their
+    requests through the host once the module has run."""
 
-    def __init__(self, loader):
+    def __init__(self, loader, install):
         self.loader = loader
+        self.install = install
 
     def __getattr__(self, name):
         return getattr(self.loader, name)
@@ -224,15 +229,16 @@ class _PatchingLoader:
 
     def exec_module(self, module):
         self.loader.exec_module(module)
-        _install_urllib(module)
+        self.install(module)
 
 
 def _find_spec(hook, name, path, target):
-    """The start-up hook's meta path finder (hook) defers urllib.request to
-    this: the spec the other finders give, with a loader that patches the
-    module after it has run."""
+    """The start-up hook's meta path finder (hook) defers urllib.request and
+    http.client to this: the spec the other finders give, with a loader that
+    patches the module after it has run."""
     import sys
 
+    install = _INSTALLERS[name]
     for finder in sys.meta_path:
         find = getattr(finder, "find_spec", None)
         if finder is hook or find is None:
@@ -240,7 +246,7 @@ def _find_spec(hook, name, path, target):
         spec = find(name, path, target)
         if spec is not None:
             if hasattr(spec.loader, "exec_module"):
-                spec.loader = _PatchingLoader(spec.loader)
+                spec.loader = _PatchingLoader(spec.loader, install)
             return spec
     return None
 
@@ -263,3 +269,154 @@ def _install_urllib(request):
     if hasattr(request, "HTTPSHandler"):
         request.HTTPSHandler.https_open = http_open
     request._hybox_installed = True
+
+
+class _HostSocket:
+    """The socket of a patched http.client connection. It collects the
+    request that http.client writes; when http.client reads the response,
+    the request is performed through the host, and a complete HTTP/1.1
+    response (Content-Length framed, Connection: close) is what http.client
+    parses. Each request is decided by the sandbox's policy, and redirects
+    are returned, not followed, as from a real connection."""
+
+    def __init__(self, conn, scheme):
+        self._conn = conn
+        self._scheme = scheme
+        self._out = bytearray()
+        self._done = False
+
+    def sendall(self, data):
+        if self._done:  # a new request
+            self._out = bytearray()
+            self._done = False
+        self._out += data
+        if len(self._out) > MAX_BODY + (1 << 20):
+            raise OSError("request of more than %d MiB" % (MAX_BODY >> 20))
+
+    def send(self, data):
+        self.sendall(data)
+        return len(data)
+
+    def makefile(self, mode="rb", *args, **kwargs):
+        if "r" not in mode:
+            raise OSError("a hybox sandbox's HTTP connection is written with sendall")
+        self._done = True
+        try:
+            raw = self._perform()
+        except BaseException:
+            self._conn.close()  # back to idle: the connection can be used again
+            raise
+        return _io.BytesIO(raw)
+
+    def settimeout(self, timeout):
+        pass
+
+    def setsockopt(self, *args):
+        pass
+
+    def close(self):
+        pass
+
+    def _perform(self):
+        raw = bytes(self._out)
+        head, sep, rest = raw.partition(b"\r\n\r\n")
+        if not sep:
+            raise OSError("incomplete HTTP request")
+        lines = head.decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ")
+        if len(parts) != 3:
+            raise OSError("malformed request line %r" % lines[0])
+        method, target = parts[0], parts[1]
+        headers, chunked, length = [], False, None
+        for line in lines[1:]:
+            k, _, v = line.partition(":")
+            k, v = k.strip(), v.strip()
+            lk = k.lower()
+            if lk == "transfer-encoding":
+                chunked = "chunked" in v.lower()
+            elif lk == "content-length":
+                length = int(v)
+            elif lk != "connection":
+                headers.append((k, v))
+        if chunked:
+            body = _dechunk(rest)
+        elif length is not None:
+            body = rest[:length]
+        else:
+            body = rest
+        if target.startswith(("http://", "https://")):
+            url = target
+        else:
+            host = self._conn.host
+            if ":" in host:
+                host = "[%s]" % host
+            default = 443 if self._scheme == "https" else 80
+            if self._conn.port != default:
+                host += ":%d" % self._conn.port
+            url = "%s://%s%s" % (self._scheme, host, target)
+        timeout = self._conn.timeout
+        resp = _perform(method, url, headers, body, timeout if isinstance(timeout, (int, float)) else None, "manual")
+        out = ["HTTP/1.1 %d %s" % (resp.status, resp.reason)]
+        for k, v in resp.headers.items():
+            if k.lower() in ("transfer-encoding", "connection") or (k.lower() == "content-length" and method != "HEAD"):
+                continue
+            out.append("%s: %s" % (k, v))
+        if method != "HEAD":
+            out.append("Content-Length: %d" % len(resp._body))
+        out.append("Connection: close")
+        return ("\r\n".join(out) + "\r\n\r\n").encode("utf-8") + resp._body
+
+
+def _dechunk(data):
+    """Decodes a chunked request body (trailers are dropped)."""
+    out = bytearray()
+    while True:
+        line, sep, data = data.partition(b"\r\n")
+        if not sep:
+            raise OSError("truncated chunked request body")
+        size = int(line.split(b";")[0].strip(), 16)
+        if size == 0:
+            return bytes(out)
+        if len(data) < size + 2:
+            raise OSError("truncated chunked request body")
+        out += data[:size]
+        data = data[size + 2:]
+
+
+def _install_http_client(client):
+    """Makes http.client's connections reach the host: connect() gives them a
+    _HostSocket. Without the ssl module http.client has no HTTPSConnection;
+    one is added (the host verifies the server's certificate, so context
+    and certificate arguments are accepted and not used)."""
+    if getattr(client, "_hybox_installed", False):
+        return
+
+    def connect(self):
+        if self._tunnel_host:
+            raise OSError("HTTP tunnels (set_tunnel) are not supported in a hybox sandbox")
+        https = isinstance(self, client.HTTPSConnection)
+        self.sock = _HostSocket(self, "https" if https else "http")
+
+    if not hasattr(client, "HTTPSConnection"):
+
+        class HTTPSConnection(client.HTTPConnection):
+            """HTTPS through the hybox host (which makes the TLS connection)."""
+
+            default_port = client.HTTPS_PORT
+
+            def __init__(self, host, port=None, *, timeout=client.socket._GLOBAL_DEFAULT_TIMEOUT,
+                         source_address=None, context=None, blocksize=8192, **kwargs):
+                super().__init__(host, port, timeout=timeout, source_address=source_address, blocksize=blocksize)
+
+        HTTPSConnection.__module__ = client.__name__
+        # urllib.request's HTTPSHandler builds a context with it.
+        client._create_https_context = lambda *args, **kwargs: None
+        client.HTTPSConnection = HTTPSConnection
+        if "HTTPSConnection" not in client.__all__:
+            client.__all__.append("HTTPSConnection")
+    client.HTTPConnection.connect = connect
+    client.HTTPSConnection.connect = connect
+    client._hybox_installed = True
+
+
+_INSTALLERS = {"urllib.request": _install_urllib, "http.client": _install_http_client}

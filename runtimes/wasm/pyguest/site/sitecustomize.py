@@ -7,8 +7,9 @@
 #    does not support (it fails with ENOTSUP); select() with a relative
 #    timeout works, so sleep is rebuilt on it.
 # 3. HTTP goes to the host through hybox_http (next to this file, off
-#    sys.path): a finder imports it, and patches urllib.request on its first
-#    import. The code lives in hybox_http: this file is compiled at every start.
+#    sys.path): a finder imports it, and patches urllib.request and
+#    http.client on their first import. The code lives in hybox_http: this
+#    file is compiled at every start.
 import os as _os
 import sys as _sys
 
@@ -58,7 +59,7 @@ def _setup():
     class HyboxFinder:  # see hybox_http._find_spec
         @staticmethod
         def find_spec(name, path=None, target=None):
-            if name == "hybox_http" or name == "urllib.request":
+            if name in ("hybox_http", "urllib.request", "http.client"):
                 from importlib.util import spec_from_file_location as spec
 
                 if name == "hybox_http":
