@@ -381,11 +381,13 @@ func (e *StateError) Error() string {
 }
 
 // RunRequest is the body of hybox's one-shot POST /run: run code in a
-// fresh, throw-away sandbox.
+// fresh, throw-away sandbox. Without a NetworkPolicy the code has no
+// network.
 type RunRequest struct {
-	Language  string `json:"language"`
-	Code      string `json:"code"`
-	TimeoutMs int64  `json:"timeoutMs,omitempty"`
+	Language      string         `json:"language"`
+	Code          string         `json:"code"`
+	TimeoutMs     int64          `json:"timeoutMs,omitempty"`
+	NetworkPolicy *NetworkPolicy `json:"networkPolicy,omitempty"`
 }
 
 // Run runs code once in a throw-away sandbox (hybox's POST /v1/run) and

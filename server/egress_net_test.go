@@ -2,9 +2,11 @@ package server
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -151,6 +153,27 @@ except OSError as e:
 	st, b = h.egressCall(sb.ID, "DELETE", "/policy", []string{egresstest.DeniedName})
 	require.Equal(t, 200, st, string(b))
 	assert.Contains(t, py(`probe("http://denied.test/")`), "denied")
+
+	// One-shot runs: no network without a policy, the policy's with one.
+	run := func(body map[string]any) RunResult {
+		t.Helper()
+		st, b, _ := h.do("POST", "/v1/run", body, "Accept", "application/json")
+		require.Equal(t, 200, st, string(b))
+		var res RunResult
+		require.NoError(t, json.Unmarshal(b, &res))
+		require.Nil(t, res.Error, "%+v", res)
+		return res
+	}
+	code := pyProbe + "\nprint(probe('http://allowed.test/'))\nprint(probe('http://denied.test/'))"
+	res := run(map[string]any{"language": "python", "code": code})
+	assert.Regexp(t, `^ERR .*network.*\nERR .*network`, strings.TrimSpace(res.Stdout), "a one-shot run without a policy has no network")
+	res = run(map[string]any{"language": "python", "code": code, "networkPolicy": map[string]any{
+		"defaultAction": "deny", "egress": []map[string]string{{"action": "allow", "target": egresstest.AllowedName}}}})
+	assert.Regexp(t, `^OK 200 `+regexp.QuoteMeta(up.Allowed.String())+`\nERR .*denied by the default action`, strings.TrimSpace(res.Stdout))
+	st, b, _ = h.do("POST", "/v1/run", map[string]any{"language": "python", "code": "1", "networkPolicy": map[string]any{
+		"egress": []map[string]string{{"action": "maybe", "target": "x.test"}}}})
+	assert.Equal(t, 400, st, "a bad policy is refused: %s", b)
+	assert.Contains(t, string(b), "networkPolicy")
 }
 
 // Container sandboxes: the DNS proxy, the firewall and the credential

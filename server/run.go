@@ -15,15 +15,19 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/hybox-dev/hybox/execd"
+	"github.com/hybox-dev/hybox/policy/egress"
 	"github.com/hybox-dev/hybox/runtimes"
 )
 
 // RunRequest is the body of POST /run: code run once in a throw-away
-// sandbox, without any bookkeeping.
+// sandbox, without any bookkeeping. Without a networkPolicy the code has no
+// network; with one, its HTTP(S) requests are governed by it, as in a
+// sandbox created with that policy.
 type RunRequest struct {
-	Language  string  `json:"language"`
-	Code      *string `json:"code"`
-	TimeoutMs int64   `json:"timeoutMs"`
+	Language      string          `json:"language"`
+	Code          *string         `json:"code"`
+	TimeoutMs     int64           `json:"timeoutMs"`
+	NetworkPolicy json.RawMessage `json:"networkPolicy"`
 }
 
 // RunResult is the JSON answer of POST /run with Accept: application/json.
@@ -58,6 +62,11 @@ func (s *Server) runOneShot(c *gin.Context) {
 		s.abortErr(c, badRequest("timeoutMs must not be negative"))
 		return
 	}
+	pol, err := parseNetworkPolicy(req.NetworkPolicy)
+	if err != nil {
+		s.abortErr(c, err)
+		return
+	}
 	rt, ok := s.opts.Router.Get(s.opts.OneShotRuntime)
 	if !ok {
 		s.abortErr(c, fmt.Errorf("%w: one-shot runtime %q", runtimes.ErrUnavailable, s.opts.OneShotRuntime))
@@ -66,9 +75,20 @@ func (s *Server) runOneShot(c *gin.Context) {
 	id := newID()
 	dir := filepath.Join(s.opts.DataDir, "tmp", "run-"+id)
 	spec := runtimes.Spec{ID: id, Image: "wasm://default", Dir: dir}
+	var eg *egress.Sandbox
+	if pol != nil {
+		if eg, err = s.opts.Egress.New(id, egress.Config{Policy: pol}); err != nil {
+			s.abortErr(c, err)
+			return
+		}
+		spec.Egress = eg
+	}
 	ctx := c.Request.Context()
 	sb, err := rt.Create(ctx, spec)
 	if err != nil {
+		if eg != nil {
+			_ = eg.Close()
+		}
 		_ = os.RemoveAll(dir)
 		s.abortErr(c, err)
 		return
@@ -80,6 +100,9 @@ func (s *Server) runOneShot(c *gin.Context) {
 		cctx := context.WithoutCancel(ctx)
 		_ = sb.Close(cctx)
 		_ = rt.Destroy(cctx, spec)
+		if eg != nil {
+			_ = eg.Close()
+		}
 		_ = os.RemoveAll(dir)
 	})
 	body, _ := json.Marshal(map[string]any{

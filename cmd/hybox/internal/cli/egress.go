@@ -15,7 +15,8 @@ import (
 	"github.com/hybox-dev/hybox/client"
 )
 
-// policyFlags are the network-policy flags of `sandbox create`.
+// policyFlags are the network-policy flags of `sandbox create` and of a
+// one-shot `run` (which has no --credential-proxy).
 type policyFlags struct {
 	rules         []client.EgressRule // --allow and --deny, in command-line order
 	defaultAction string
@@ -54,13 +55,18 @@ func (f ruleFlag) Type() string { return "target" }
 
 // register adds the flags to cmd.
 func (p *policyFlags) register(cmd *cobra.Command) {
+	p.registerRules(cmd)
+	cmd.Flags().BoolVar(&p.credProxy, "credential-proxy", false, "enable the credential vault (needs a network policy; fill it with: hybox vault create)")
+}
+
+// registerRules adds the flags that describe a policy to cmd.
+func (p *policyFlags) registerRules(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.Var(ruleFlag{action: client.ActionAllow, list: &p.rules}, "allow",
 		"allow outbound traffic to TARGET: name, *.suffix, IP or CIDR (repeatable; rules keep the order of --allow and --deny, first match wins)")
 	f.Var(ruleFlag{action: client.ActionDeny, list: &p.rules}, "deny", "deny outbound traffic to TARGET (repeatable)")
 	f.StringVar(&p.defaultAction, "default-action", "", "action for traffic no rule matches: allow or deny (default deny once a rule is given)")
 	f.StringVar(&p.file, "network-policy", "", "network policy as JSON from FILE, or - for stdin (instead of --allow, --deny and --default-action)")
-	f.BoolVar(&p.credProxy, "credential-proxy", false, "enable the credential vault (needs a network policy; fill it with: hybox vault create)")
 }
 
 // apply puts the policy the flags describe into req. No flag leaves the
@@ -69,30 +75,35 @@ func (p *policyFlags) apply(a *app, cmd *cobra.Command, req *client.CreateSandbo
 	if p.credProxy {
 		req.CredentialProxy = &client.CredentialProxy{Enabled: true}
 	}
+	np, err := p.policy(a, cmd)
+	req.NetworkPolicy = np
+	return err
+}
+
+// policy is the policy the flags describe; nil when no flag is given.
+func (p *policyFlags) policy(a *app, cmd *cobra.Command) (*client.NetworkPolicy, error) {
 	ruled := len(p.rules) > 0 || cmd.Flags().Changed("default-action")
 	if cmd.Flags().Changed("network-policy") {
 		if ruled {
-			return usagef(cmd, "--network-policy cannot be combined with --allow, --deny or --default-action")
+			return nil, usagef(cmd, "--network-policy cannot be combined with --allow, --deny or --default-action")
 		}
 		var np client.NetworkPolicy
 		if err := a.readJSON(cmd, p.file, &np); err != nil {
-			return err
+			return nil, err
 		}
-		req.NetworkPolicy = &np
-		return nil
+		return &np, nil
 	}
 	if !ruled {
-		return nil
+		return nil, nil
 	}
 	action := p.defaultAction
 	if action == "" {
 		action = client.ActionDeny
 	}
 	if action != client.ActionAllow && action != client.ActionDeny {
-		return usagef(cmd, "--default-action %q: want allow or deny", p.defaultAction)
+		return nil, usagef(cmd, "--default-action %q: want allow or deny", p.defaultAction)
 	}
-	req.NetworkPolicy = &client.NetworkPolicy{DefaultAction: action, Egress: p.rules}
-	return nil
+	return &client.NetworkPolicy{DefaultAction: action, Egress: p.rules}, nil
 }
 
 // readJSON decodes one JSON value from FILE, or from stdin when name is

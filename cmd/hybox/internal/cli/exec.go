@@ -120,6 +120,7 @@ func (a *app) newRunCmd() *cobra.Command {
 	var (
 		sandboxID, language, contextID, file string
 		timeout                              seconds
+		policy                               policyFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "run [--sandbox ID] [--language L] (CODE | -f FILE | -)",
@@ -128,7 +129,9 @@ func (a *app) newRunCmd() *cobra.Command {
 			"Without --sandbox the code runs in a throw-away sandbox (POST /v1/run). With\n" +
 			"--sandbox it runs in the sandbox's default context of the language, or in\n" +
 			"--context. On error the traceback goes to stderr and the exit code is 1.\n" +
-			"The code comes from the argument, from -f FILE, or from stdin with - (or -f -).",
+			"The code comes from the argument, from -f FILE, or from stdin with - (or -f -).\n" +
+			"A one-shot sandbox has no network unless --allow, --deny, --default-action or\n" +
+			"--network-policy give it a policy (as for sandbox create).",
 		Args: argsUsage(cobra.MaximumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if !contains(languages, language) {
@@ -136,6 +139,13 @@ func (a *app) newRunCmd() *cobra.Command {
 			}
 			if contextID != "" && sandboxID == "" {
 				return usagef(cmd, "--context needs --sandbox")
+			}
+			np, err := policy.policy(a, cmd)
+			if err != nil {
+				return err
+			}
+			if np != nil && sandboxID != "" {
+				return usagef(cmd, "a network policy applies to one-shot runs: change a sandbox's with hybox egress")
 			}
 			code, err := a.readCode(cmd, args, file)
 			if err != nil {
@@ -151,7 +161,7 @@ func (a *app) newRunCmd() *cobra.Command {
 				interrupt = func(context.Context, string) error { return nil }
 			)
 			if sandboxID == "" {
-				st, err = c.Run(ctx, client.RunRequest{Language: language, Code: code, TimeoutMs: timeout.d.Milliseconds()})
+				st, err = c.Run(ctx, client.RunRequest{Language: language, Code: code, TimeoutMs: timeout.d.Milliseconds(), NetworkPolicy: np})
 			} else {
 				if timeout.d > 0 {
 					var cancel context.CancelFunc
@@ -191,6 +201,7 @@ func (a *app) newRunCmd() *cobra.Command {
 	f.StringVar(&contextID, "context", "", "code context id in the sandbox (default: the language's default context)")
 	f.StringVarP(&file, "file", "f", "", "read the code from FILE (- for stdin)")
 	f.Var(&timeout, "timeout", "stop the code after this long (seconds or a duration)")
+	policy.registerRules(cmd)
 	return cmd
 }
 
