@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -283,3 +286,56 @@ func assertNoSecret(t *testing.T, resp *http.Response) {
 }
 
 func errorsIsDenied(err error) bool { return errors.Is(err, policy.ErrDenied) }
+
+// A stricter policy fails Do's requests in flight to what it now denies;
+// the others finish.
+func TestSetPolicyCutsRequestsInFlight(t *testing.T) {
+	e := newEnv(t)
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "first|")
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		case <-time.After(10 * time.Second):
+		}
+		io.WriteString(w, "rest")
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	s := e.sandbox(t, Config{Policy: pol(policy.Deny, "allow ok.test", "allow other.test")})
+	start := func(host string) *http.Response {
+		req, err := http.NewRequest(http.MethodGet, "http://"+net.JoinHostPort(host, port)+"/", nil)
+		require.NoError(t, err)
+		resp, err := s.Do(req)
+		require.NoError(t, err)
+		t.Cleanup(func() { resp.Body.Close() })
+		buf := make([]byte, len("first|"))
+		_, err = io.ReadFull(resp.Body, buf)
+		require.NoError(t, err)
+		return resp
+	}
+	revoked, kept := start("ok.test"), start("other.test")
+
+	require.NoError(t, s.SetPolicy(pol(policy.Deny, "allow other.test")))
+	close(release)
+	_, err := io.ReadAll(revoked.Body)
+	assert.Error(t, err, "the request to a host the policy now denies fails")
+	rest, err := io.ReadAll(kept.Body)
+	require.NoError(t, err)
+	assert.Equal(t, "rest", string(rest), "the request to a host still allowed finishes")
+
+	s.connMu.Lock()
+	n := len(s.conns)
+	s.connMu.Unlock()
+	assert.LessOrEqual(t, n, 1, "closed connections are forgotten (the kept one may be pooled)")
+}

@@ -167,6 +167,9 @@ type Sandbox struct {
 	// answer's TTL, and a policy change decides it by those names.
 	seen   map[netip.Addr][]string
 	learns int // learn calls, for pruning expired entries now and then
+
+	connMu sync.Mutex
+	conns  map[*trackedConn]struct{} // Do's open connections
 }
 
 // Bounds of Sandbox.seen.
@@ -186,7 +189,8 @@ func (m *Manager) New(id string, cfg Config) (*Sandbox, error) {
 		return nil, errors.New("egress: a vault needs the sandbox's CA")
 	}
 	s := &Sandbox{m: m, id: id, vault: cfg.Vault, ca: cfg.CA, cfg: cfg, learned: map[netip.Addr]learnedAddr{},
-		answered: map[string]map[netip.Addr]time.Time{}, seen: map[netip.Addr][]string{}}
+		answered: map[string]map[netip.Addr]time.Time{}, seen: map[netip.Addr][]string{},
+		conns: map[*trackedConn]struct{}{}}
 	if err := s.SetPolicy(cfg.Policy); err != nil {
 		return nil, err
 	}
@@ -206,7 +210,7 @@ func (s *Sandbox) CA() *tproxy.CA { return s.ca }
 // the firewall is replaced in one transaction before SetPolicy returns, so
 // new connections follow the new policy at once, and then the established
 // connections that the new policy denies are cut (see nft.Cut); the others
-// are kept.
+// are kept. Do's open connections that the new policy denies are closed.
 func (s *Sandbox) SetPolicy(p *policy.Policy) error {
 	var c *policy.Compiled
 	if p != nil {
@@ -222,6 +226,10 @@ func (s *Sandbox) SetPolicy(p *policy.Policy) error {
 	// client makes the next request dial, and be decided, again.
 	if old := s.client.Swap(s.newClient()); old != nil {
 		old.CloseIdleConnections()
+	}
+	// Requests in flight to what the policy now denies fail.
+	if n := s.cutConns(c); n > 0 {
+		s.m.opts.Logger.Debug("connections cut by a policy change", "sandbox", s.id, "count", n)
 	}
 	if s.table == nil {
 		return nil

@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -123,11 +124,56 @@ func (s *Sandbox) dialPolicy(ctx context.Context, network, addr string) (net.Con
 	for _, a := range addrs {
 		c, err := d.DialContext(ctx, network, net.JoinHostPort(a.String(), port))
 		if err == nil {
-			return c, nil
+			return s.track(c, host, a), nil
 		}
 		errs = append(errs, err)
 	}
 	return nil, errors.Join(errs...)
+}
+
+// trackedConn is a connection Do's client dialed, known to its sandbox
+// until it is closed, so that a policy change can close it.
+type trackedConn struct {
+	net.Conn
+	s    *Sandbox
+	host string
+	addr netip.Addr
+	once sync.Once
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(func() {
+		c.s.connMu.Lock()
+		delete(c.s.conns, c)
+		c.s.connMu.Unlock()
+	})
+	return c.Conn.Close()
+}
+
+// track registers c, dialed to addr for host.
+func (s *Sandbox) track(c net.Conn, host string, addr netip.Addr) net.Conn {
+	tc := &trackedConn{Conn: c, s: s, host: host, addr: addr}
+	s.connMu.Lock()
+	s.conns[tc] = struct{}{}
+	s.connMu.Unlock()
+	return tc
+}
+
+// cutConns closes Do's open connections that c denies: a request in
+// flight on one fails, as a container's connection does when it is cut.
+func (s *Sandbox) cutConns(c *policy.Compiled) int {
+	var cut []*trackedConn
+	s.connMu.Lock()
+	for tc := range s.conns {
+		if decideDial(c, tc.host, tc.addr) != nil {
+			cut = append(cut, tc)
+		}
+	}
+	s.connMu.Unlock()
+	for _, tc := range cut {
+		_ = tc.Close()
+	}
+	return len(cut)
 }
 
 // allowedAddrs decides host under the current policy and returns the
@@ -139,17 +185,12 @@ func (s *Sandbox) allowedAddrs(ctx context.Context, host string) ([]netip.Addr, 
 	c := s.Policy()
 	if ip, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
 		ip = ip.Unmap()
-		d := c.Addr(ip)
-		if !d.Allow {
-			return nil, &policy.DeniedError{Target: host, Decision: d}
-		}
-		if hostOnly(ip) && d.Index < 0 {
-			return nil, fmt.Errorf("%w: %s is a host-local address; only a rule naming it allows it", policy.ErrDenied, ip)
+		if err := decideDial(c, host, ip); err != nil {
+			return nil, err
 		}
 		return []netip.Addr{ip}, nil
 	}
-	nd := c.Name(host)
-	if !nd.Allow {
+	if nd := c.Name(host); !nd.Allow {
 		return nil, &policy.DeniedError{Target: host, Decision: nd}
 	}
 	ips, err := s.m.resolver.LookupNetIP(ctx, "ip", host)
@@ -160,13 +201,8 @@ func (s *Sandbox) allowedAddrs(ctx context.Context, host string) ([]netip.Addr, 
 	var denied error
 	for _, ip := range ips {
 		ip = ip.Unmap()
-		d := c.Addr(ip)
-		if d.Index >= 0 && !d.Allow {
-			denied = &policy.DeniedError{Target: host + " (" + ip.String() + ")", Decision: d}
-			continue
-		}
-		if hostOnly(ip) && nd.Index < 0 && d.Index < 0 {
-			denied = fmt.Errorf("%w: %s resolves to host-local address %s; only a rule naming it allows it", policy.ErrDenied, host, ip)
+		if err := decideDial(c, host, ip); err != nil {
+			denied = err
 			continue
 		}
 		out = append(out, ip)
@@ -178,6 +214,36 @@ func (s *Sandbox) allowedAddrs(ctx context.Context, host string) ([]netip.Addr, 
 		return nil, fmt.Errorf("resolve %s: no addresses", host)
 	}
 	return out, nil
+}
+
+// decideDial decides a connection to ip for host (a name, or ip itself)
+// under c; nil allows it. A name must be allowed, and an IP rule that
+// denies ip wins over it (the order a container's firewall applies).
+// Loopback, link-local and unspecified addresses need a rule that allows
+// them explicitly (the name's or the address's).
+func decideDial(c *policy.Compiled, host string, ip netip.Addr) error {
+	ip = ip.Unmap()
+	d := c.Addr(ip)
+	if lit, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil && lit.Unmap() == ip {
+		if !d.Allow {
+			return &policy.DeniedError{Target: host, Decision: d}
+		}
+		if hostOnly(ip) && d.Index < 0 {
+			return fmt.Errorf("%w: %s is a host-local address; only a rule naming it allows it", policy.ErrDenied, ip)
+		}
+		return nil
+	}
+	nd := c.Name(host)
+	if !nd.Allow {
+		return &policy.DeniedError{Target: host, Decision: nd}
+	}
+	if d.Index >= 0 && !d.Allow {
+		return &policy.DeniedError{Target: host + " (" + ip.String() + ")", Decision: d}
+	}
+	if hostOnly(ip) && nd.Index < 0 && d.Index < 0 {
+		return fmt.Errorf("%w: %s resolves to host-local address %s; only a rule naming it allows it", policy.ErrDenied, host, ip)
+	}
+	return nil
 }
 
 // hostOnly reports addresses that reach the host itself or its link.
