@@ -195,13 +195,7 @@ func TestEgressContainers(t *testing.T) {
 			t.Cleanup(func() { h.do("DELETE", "/v1/sandboxes/"+sb.ID, nil) })
 			st, b := h.egressCall(sb.ID, "POST", "/credential-vault", vaultBody(egresstest.BoundName))
 			require.Equal(t, 201, st, string(b))
-			writeFile(t, h, sb.ID, "/tmp/probe.py", pyProbe+containerProbe)
-			probe := func(args ...string) string {
-				t.Helper()
-				o := h.command(sb.ID, "python3 /tmp/probe.py "+strings.Join(args, " "))
-				require.Nil(t, o.err, "%+v", o)
-				return lines(o)
-			}
+			probe := containerProber(t, h, sb.ID)
 			p := h.policy(sb.ID)
 			assert.Equal(t, "dns+nft", p.EnforcementMode)
 
@@ -274,30 +268,10 @@ func TestEgressContainers(t *testing.T) {
 			assert.Equal(t, "OK 200 "+up.Denied.String(), probe("url", "http://denied.test/"))
 			// Connections held open across the change: the one to the
 			// name losing its rule is cut, the other one is kept.
-			writeFile(t, h, sb.ID, "/tmp/hold.py", holdProbe)
-			held := make(chan []byte, 1)
-			go func() {
-				_, b := h.execd(sb.ID, "POST", "/command", map[string]any{"command": "python3 /tmp/hold.py"})
-				held <- b
-			}()
-			for lines(h.command(sb.ID, "cat /tmp/hold.state 2>/dev/null")) != "OPEN" {
-				select {
-				case b := <-held:
-					t.Fatalf("the holding command ended before it held: %+v", summarise(t, b))
-				case <-time.After(50 * time.Millisecond):
-				}
-			}
+			release := hold(t, h, sb.ID, "denied.test")
 			st, b = h.egressCall(sb.ID, "DELETE", "/policy", []string{egresstest.DeniedName})
 			require.Equal(t, 200, st, string(b))
-			h.command(sb.ID, "touch /tmp/hold.go")
-			select {
-			case b := <-held:
-				o := summarise(t, b)
-				require.Nil(t, o.err, "%+v", o)
-				assert.Equal(t, "allowed.test ALIVE\ndenied.test ABORTED", lines(o), "held connections after the DELETE")
-			case <-time.After(30 * time.Second):
-				t.Fatal("the holding command did not finish")
-			}
+			assert.Equal(t, "allowed.test ALIVE\ndenied.test ABORTED", release(), "held connections after the DELETE")
 			assert.Equal(t, "NXDOMAIN", probe("resolve", "denied.test"))
 			assert.Equal(t, "REFUSED", probe("tcp", up.Denied.String(), "80"), "the learned address went with the rule")
 
@@ -508,9 +482,118 @@ func memContains(pid int, needle []byte) (bool, error) {
 	return false, nil
 }
 
+// Under a default that allows, the addresses of the names a policy denies
+// are blocked too: a workload that learned one elsewhere (DNS over HTTPS,
+// a hard-coded address) cannot connect to it, in a container or in a
+// wasm guest; and a live deny rule cuts the connections to its name.
+func TestEgressDefaultAllowBlocksDeniedNames(t *testing.T) {
+	up := startUpstream(t)
+	h := newHarness(t, "", harnessOpts{containers: true, upstream: up})
+	allowAll := map[string]any{"defaultAction": "allow", "egress": []map[string]string{
+		{"action": "deny", "target": egresstest.DeniedName}}}
+
+	// Blocking follows the policy asynchronously: wait for it.
+	eventually := func(what string, get func() string, want string) {
+		t.Helper()
+		var got string
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			if got = get(); got == want {
+				return
+			}
+		}
+		t.Fatalf("%s: got %q, want %q", what, got, want)
+	}
+
+	sb := h.create(map[string]any{
+		"image":         map[string]string{"uri": ocienv.ImageName},
+		"extensions":    map[string]string{"hybox.io/runtime": "runc"},
+		"entrypoint":    []string{"sleep", "infinity"},
+		"networkPolicy": allowAll,
+	})
+	t.Cleanup(func() { h.do("DELETE", "/v1/sandboxes/"+sb.ID, nil) })
+	probe := containerProber(t, h, sb.ID)
+	assert.Equal(t, "NXDOMAIN", probe("resolve", egresstest.DeniedName))
+	eventually("direct IP of a denied name", func() string { return probe("tcp", up.Denied.String(), "80") }, "REFUSED")
+	assert.Equal(t, "OK 200 "+up.Allowed.String(), probe("url", "http://allowed.test/"))
+	assert.Equal(t, "CONNECTED", probe("tcp", up.Other.String(), "443"), "an address no rule names follows the default")
+
+	// A connection held open to api.bound.test's address, which the
+	// workload never asked the sandbox's resolver for, is cut once a live
+	// rule denies the name and its addresses are blocked.
+	release := hold(t, h, sb.ID, up.Bound.String())
+	st, b := h.egressCall(sb.ID, "PATCH", "/policy", []map[string]string{{"action": "deny", "target": egresstest.BoundName}})
+	require.Equal(t, 200, st, string(b))
+	eventually("direct IP of a newly denied name", func() string { return probe("tcp", up.Bound.String(), "80") }, "REFUSED")
+	assert.Equal(t, "allowed.test ALIVE\n"+up.Bound.String()+" ABORTED", release(), "held connections after the PATCH")
+
+	// A wasm guest under the same policy.
+	w := h.create(map[string]any{"networkPolicy": allowAll})
+	t.Cleanup(func() { h.do("DELETE", "/v1/sandboxes/"+w.ID, nil) })
+	require.Nil(t, h.code(w.ID, "python", pyProbe).err)
+	py := func(expr string) string {
+		o := h.code(w.ID, "python", "print("+expr+")")
+		require.Nil(t, o.err, "%+v", o)
+		return lines(o)
+	}
+	assert.Contains(t, py(`probe("http://denied.test/")`), "denied by rule 0 (deny denied.test)")
+	eventually("wasm: direct IP of a denied name", func() string {
+		got := py(`probe("http://` + up.Denied.String() + `/")`)
+		if strings.Contains(got, "an address of denied.test) denied by rule 0 (deny denied.test)") {
+			return "DENIED"
+		}
+		return got
+	}, "DENIED")
+	assert.Equal(t, "OK 200 "+up.Allowed.String(), py(`probe("http://allowed.test/")`))
+}
+
+// containerProber installs pyProbe and containerProbe in sandbox id and
+// returns a function that runs them with args and returns their output.
+func containerProber(t *testing.T, h *harness, id string) func(args ...string) string {
+	writeFile(t, h, id, "/tmp/probe.py", pyProbe+containerProbe)
+	return func(args ...string) string {
+		t.Helper()
+		o := h.command(id, "python3 /tmp/probe.py "+strings.Join(args, " "))
+		require.Nil(t, o.err, "%+v", o)
+		return lines(o)
+	}
+}
+
+// hold starts holdProbe in sandbox id with other as its second host and
+// returns once both connections are open. release lets the probe go on and
+// returns what it printed.
+func hold(t *testing.T, h *harness, id, other string) (release func() string) {
+	t.Helper()
+	writeFile(t, h, id, "/tmp/hold.py", strings.ReplaceAll(holdProbe, `"denied.test")`, `"`+other+`")`))
+	held := make(chan []byte, 1)
+	go func() {
+		_, b := h.execd(id, "POST", "/command", map[string]any{"command": "python3 /tmp/hold.py"})
+		held <- b
+	}()
+	for lines(h.command(id, "cat /tmp/hold.state 2>/dev/null")) != "OPEN" {
+		select {
+		case b := <-held:
+			t.Fatalf("the holding command ended before it held: %+v", summarise(t, b))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return func() string {
+		t.Helper()
+		h.command(id, "touch /tmp/hold.go")
+		select {
+		case b := <-held:
+			o := summarise(t, b)
+			require.Nil(t, o.err, "%+v", o)
+			return lines(o)
+		case <-time.After(30 * time.Second):
+			t.Fatal("the holding command did not finish")
+			return ""
+		}
+	}
+}
+
 // holdProbe opens a kept-alive HTTP connection to allowed.test and one to
 // denied.test, writes OPEN to /tmp/hold.state, waits for /tmp/hold.go,
-// then uses both again and prints, per name, ALIVE or how the second
+// then uses both again and prints, per host, ALIVE or how the second
 // request failed.
 const holdProbe = `
 import os, socket, time

@@ -54,6 +54,10 @@ type Config struct {
 	// among them. It is not called when the answer has no addresses. When
 	// it fails the client gets SERVFAIL.
 	Learn func(name string, addrs []netip.Addr, ttl time.Duration) error
+	// Denied, if set, is called with each name that Decide refused, the
+	// queried name or a name its answer's CNAME chain leads to, before the
+	// refusal is sent. It must not block.
+	Denied func(name string)
 	// Timeout bounds each upstream attempt; DefaultTimeout when 0.
 	Timeout time.Duration
 	// Logger receives one debug record per query and warnings for upstream
@@ -262,6 +266,7 @@ func (p *Proxy) answer(req *dns.Msg) (*dns.Msg, string, string) {
 	q := req.Question[0]
 	name := normalize(q.Name)
 	if allow, reason := p.cfg.Decide(name); !allow {
+		p.denied(name)
 		return p.reply(req, dns.RcodeNameError, blocked(reason)), name, reason
 	}
 
@@ -283,6 +288,7 @@ func (p *Proxy) answer(req *dns.Msg) (*dns.Msg, string, string) {
 			}
 			checked[n] = true
 			if allow, reason := p.cfg.Decide(n); !allow {
+				p.denied(n)
 				why := "via CNAME: " + n + " " + reason
 				return p.reply(req, dns.RcodeNameError, blocked(why)), name, why
 			}
@@ -298,6 +304,68 @@ func (p *Proxy) answer(req *dns.Msg) (*dns.Msg, string, string) {
 		}
 	}
 	return p.relay(req, up), name, "allowed"
+}
+
+// denied reports a refused name to Config.Denied.
+func (p *Proxy) denied(name string) {
+	if p.cfg.Denied != nil {
+		p.cfg.Denied(name)
+	}
+}
+
+// Lookup resolves name's A and AAAA records at upstreams ("host:port",
+// tried in order, as by a Proxy) and returns the addresses, those reached
+// through a CNAME chain included, and their smallest TTL. No policy
+// applies. timeout bounds each attempt (DefaultTimeout when 0).
+//
+// # Errors
+// Every upstream failed for both record types, or ctx ended. A name
+// without addresses (NXDOMAIN included) is no error: no addresses.
+func Lookup(ctx context.Context, upstreams []string, name string, timeout time.Duration) ([]netip.Addr, time.Duration, error) {
+	if timeout == 0 {
+		timeout = DefaultTimeout
+	}
+	udp := &dns.Client{Net: "udp", Timeout: timeout, UDPSize: maxUDPReadLen}
+	tcp := &dns.Client{Net: "tcp", Timeout: timeout}
+	var addrs []netip.Addr
+	var ttl time.Duration
+	var errs []error
+	answered := false
+	for _, qtype := range []uint16{dns.TypeA, dns.TypeAAAA} {
+		q := new(dns.Msg)
+		q.SetQuestion(dns.Fqdn(name), qtype)
+		q.SetEdns0(ednsSize, false)
+		for _, up := range upstreams {
+			actx, cancel := context.WithTimeout(ctx, timeout)
+			resp, _, err := udp.ExchangeContext(actx, q, up)
+			if err == nil && resp.Truncated {
+				resp, _, err = tcp.ExchangeContext(actx, q, up)
+			}
+			cancel()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", up, err))
+				continue
+			}
+			if resp.Rcode == dns.RcodeServerFailure || resp.Rcode == dns.RcodeRefused {
+				errs = append(errs, fmt.Errorf("%s: %s", up, dns.RcodeToString[resp.Rcode]))
+				continue
+			}
+			answered = true
+			a, t := addresses(resp.Answer)
+			if len(a) > 0 && (len(addrs) == 0 || t < ttl) {
+				ttl = t
+			}
+			addrs = append(addrs, a...)
+			break
+		}
+		if ctx.Err() != nil {
+			return nil, 0, ctx.Err()
+		}
+	}
+	if !answered {
+		return nil, 0, fmt.Errorf("dnsproxy: lookup %s: %w", name, errors.Join(errs...))
+	}
+	return addrs, ttl, nil
 }
 
 // forward sends req's question to the upstreams in order and returns the

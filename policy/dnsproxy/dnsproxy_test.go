@@ -1,6 +1,7 @@
 package dnsproxy
 
 import (
+	"context"
 	"errors"
 	"net"
 	"net/netip"
@@ -521,4 +522,57 @@ func BenchmarkDecision(b *testing.B) {
 func BenchmarkForward(b *testing.B) {
 	h := withZone(b)
 	benchQuery(b, h.udp, "alias.test.", dns.RcodeSuccess)
+}
+
+func TestDeniedHook(t *testing.T) {
+	var mu sync.Mutex
+	var denied []string
+	h := withZone(t, func(c *Config) {
+		c.Denied = func(name string) {
+			mu.Lock()
+			denied = append(denied, name)
+			mu.Unlock()
+		}
+	})
+	for _, name := range []string{"allowed.test.", "BLOCKED.test.", "evil-alias.test.", "www.wild.test."} {
+		query(t, "udp", h.udp, name, dns.TypeA, true)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []string{"blocked.test", "blocked.test"}, denied, "the refused name, directly or at the end of a CNAME chain")
+}
+
+func TestLookup(t *testing.T) {
+	z := startZone(t)
+	// A closed port first: the lookup moves on to the next upstream.
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	require.NoError(t, err)
+	dead := pc.LocalAddr().String()
+	pc.Close()
+	ups := []string{dead, z.addr}
+	ctx := context.Background()
+	for _, tt := range []struct {
+		name  string
+		addrs []string
+		ttl   time.Duration
+	}{
+		{"allowed.test", []string{"192.0.2.1", "2001:db8::1"}, 60 * time.Second},
+		{"Alias.test.", []string{"192.0.2.4", "192.0.2.40"}, 30 * time.Second},
+		{"nowhere.test", nil, 0},
+	} {
+		addrs, ttl, err := Lookup(ctx, ups, tt.name, time.Second)
+		require.NoError(t, err, tt.name)
+		var got []string
+		for _, a := range addrs {
+			got = append(got, a.String())
+		}
+		assert.ElementsMatch(t, tt.addrs, got, tt.name)
+		assert.Equal(t, tt.ttl, ttl, tt.name)
+	}
+	_, _, err = Lookup(ctx, []string{dead}, "allowed.test", time.Second)
+	assert.ErrorContains(t, err, dead, "every upstream failed")
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	_, _, err = Lookup(cctx, ups, "allowed.test", time.Second)
+	assert.Error(t, err)
 }

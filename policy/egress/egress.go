@@ -138,6 +138,9 @@ type Config struct {
 	CA    *tproxy.CA
 	// OnLearn is called after an address is learned (tests, metrics).
 	OnLearn func(name string, addrs []netip.Addr)
+	// OnBlock is called after the addresses of a denied name are blocked
+	// (tests, metrics).
+	OnBlock func(name string, addrs []netip.Addr)
 }
 
 // Sandbox is one sandbox's egress controller. It implements
@@ -170,6 +173,15 @@ type Sandbox struct {
 
 	connMu sync.Mutex
 	conns  map[*trackedConn]struct{} // Do's open connections
+
+	// Blocking the addresses of denied names (block.go).
+	ctx      context.Context // ends with Close
+	cancel   context.CancelFunc
+	kick     chan struct{} // wakes blockLoop; nil until it runs (s.mu)
+	onDemand chan struct{} // a slot per on-demand lookup in flight
+	blockMu  sync.Mutex
+	blocked  map[netip.Addr]blockedAddr
+	resolved map[string]time.Time // denied name → its addresses' expiry
 }
 
 // Bounds of Sandbox.seen.
@@ -190,8 +202,11 @@ func (m *Manager) New(id string, cfg Config) (*Sandbox, error) {
 	}
 	s := &Sandbox{m: m, id: id, vault: cfg.Vault, ca: cfg.CA, cfg: cfg, learned: map[netip.Addr]learnedAddr{},
 		answered: map[string]map[netip.Addr]time.Time{}, seen: map[netip.Addr][]string{},
-		conns: map[*trackedConn]struct{}{}}
+		conns: map[*trackedConn]struct{}{}, onDemand: make(chan struct{}, maxOnDemand),
+		blocked: map[netip.Addr]blockedAddr{}, resolved: map[string]time.Time{}}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if err := s.SetPolicy(cfg.Policy); err != nil {
+		s.cancel()
 		return nil, err
 	}
 	return s, nil
@@ -222,6 +237,7 @@ func (s *Sandbox) SetPolicy(p *policy.Policy) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.pol.Store(c)
+	s.startBlockingLocked(c)
 	// Do's pooled connections were decided by the old policy: a new
 	// client makes the next request dial, and be decided, again.
 	if old := s.client.Swap(s.newClient()); old != nil {
@@ -232,6 +248,7 @@ func (s *Sandbox) SetPolicy(p *policy.Policy) error {
 		s.m.opts.Logger.Debug("connections cut by a policy change", "sandbox", s.id, "count", n)
 	}
 	if s.table == nil {
+		s.blockedEntriesLocked(c) // forgets what c no longer blocks
 		return nil
 	}
 	if err := s.applyLocked(); err != nil {
@@ -266,6 +283,9 @@ func (s *Sandbox) allowsLocked(c *policy.Compiled, a netip.Addr) bool {
 	d := c.Addr(a)
 	if d.Index >= 0 {
 		return d.Allow
+	}
+	if _, ok := s.blockedBy(a); ok {
+		return false
 	}
 	if names := s.seen[a.Unmap()]; len(names) > 0 {
 		for _, n := range names {
@@ -308,7 +328,9 @@ func (s *Sandbox) applyLocked() error {
 		}
 		keep = append(keep, nft.Entry{Addr: a, TTL: l.expires.Sub(now)})
 	}
-	if err := s.table.Apply(s.rules(), keep); err != nil {
+	r := s.rules()
+	r.Blocked = s.blockedEntriesLocked(c)
+	if err := s.table.Apply(r, keep); err != nil {
 		return fmt.Errorf("egress firewall of sandbox %s: %w", s.id, err)
 	}
 	return nil
@@ -465,7 +487,7 @@ func (s *Sandbox) Enforce(ctx context.Context, nsPath string) error {
 		return err
 	}
 	dns, err := dnsproxy.New(dnsproxy.Config{
-		Upstreams: s.m.opts.DNSUpstreams, Decide: s.decide, Learn: s.learn,
+		Upstreams: s.m.opts.DNSUpstreams, Decide: s.decide, Learn: s.learn, Denied: s.onDenied,
 		Logger: s.m.opts.Logger.With("sandbox", s.id, "component", "dns"),
 	})
 	if err != nil {
@@ -515,6 +537,7 @@ func (s *Sandbox) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
+	s.cancel()
 	s.stopLocked()
 	s.client.Load().CloseIdleConnections()
 	return nil

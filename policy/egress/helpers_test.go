@@ -30,6 +30,7 @@ mixed.test.     300 IN A    127.0.0.1
 mixed.test.     300 IN A    192.0.2.1
 ll.test.        300 IN A    169.254.1.1
 v6local.test.   300 IN AAAA ::1
+x.cdn.test.     300 IN A    192.0.2.9
 `
 
 // startZone serves zoneText authoritatively on a random loopback port

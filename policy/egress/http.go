@@ -165,7 +165,7 @@ func (s *Sandbox) cutConns(c *policy.Compiled) int {
 	var cut []*trackedConn
 	s.connMu.Lock()
 	for tc := range s.conns {
-		if decideDial(c, tc.host, tc.addr) != nil {
+		if s.decideDial(c, tc.host, tc.addr) != nil {
 			cut = append(cut, tc)
 		}
 	}
@@ -185,12 +185,13 @@ func (s *Sandbox) allowedAddrs(ctx context.Context, host string) ([]netip.Addr, 
 	c := s.Policy()
 	if ip, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
 		ip = ip.Unmap()
-		if err := decideDial(c, host, ip); err != nil {
+		if err := s.decideDial(c, host, ip); err != nil {
 			return nil, err
 		}
 		return []netip.Addr{ip}, nil
 	}
 	if nd := c.Name(host); !nd.Allow {
+		s.onDenied(host)
 		return nil, &policy.DeniedError{Target: host, Decision: nd}
 	}
 	ips, err := s.m.resolver.LookupNetIP(ctx, "ip", host)
@@ -201,7 +202,7 @@ func (s *Sandbox) allowedAddrs(ctx context.Context, host string) ([]netip.Addr, 
 	var denied error
 	for _, ip := range ips {
 		ip = ip.Unmap()
-		if err := decideDial(c, host, ip); err != nil {
+		if err := s.decideDial(c, host, ip); err != nil {
 			denied = err
 			continue
 		}
@@ -218,12 +219,18 @@ func (s *Sandbox) allowedAddrs(ctx context.Context, host string) ([]netip.Addr, 
 
 // decideDial decides a connection to ip for host (a name, or ip itself)
 // under c; nil allows it. A name must be allowed, and an IP rule that
-// denies ip wins over it (the order a container's firewall applies).
+// denies ip wins over it (the order a container's firewall applies); with
+// no IP rule for ip, an address of a denied name is refused (block.go).
 // Loopback, link-local and unspecified addresses need a rule that allows
 // them explicitly (the name's or the address's).
-func decideDial(c *policy.Compiled, host string, ip netip.Addr) error {
+func (s *Sandbox) decideDial(c *policy.Compiled, host string, ip netip.Addr) error {
 	ip = ip.Unmap()
 	d := c.Addr(ip)
+	if d.Index < 0 {
+		if name, ok := s.blockedBy(ip); ok {
+			return &policy.DeniedError{Target: host + " (" + ip.String() + ", an address of " + name + ")", Decision: c.Name(name)}
+		}
+	}
 	if lit, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil && lit.Unmap() == ip {
 		if !d.Allow {
 			return &policy.DeniedError{Target: host, Decision: d}

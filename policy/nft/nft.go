@@ -3,7 +3,8 @@
 // content is replaced in one atomic batch on every [Table.Apply]: an output
 // filter (loopback and established traffic pass, DNS and DoT/DoQ to
 // anything off loopback are refused, then the policy's IP rules in order,
-// then the learned-address sets, then the default) and, optionally, a NAT
+// then the blocked-address sets, then the learned-address sets, then the
+// default) and, optionally, a NAT
 // rule that redirects outbound TCP to a transparent proxy listening in the
 // namespace. Denied connections are rejected (TCP reset, ICMP
 // administratively prohibited), never dropped, so they fail at once.
@@ -25,10 +26,12 @@ import (
 // TableName is the name of the inet table this package owns.
 const TableName = "hybox"
 
-// Names of the learned-address sets in [TableName].
+// Names of the address sets in [TableName].
 const (
 	Learned4 = "learned4" // ipv4_addr, flags timeout
 	Learned6 = "learned6" // ipv6_addr, flags timeout
+	Blocked4 = "blocked4" // ipv4_addr, flags timeout
+	Blocked6 = "blocked6" // ipv6_addr, flags timeout
 )
 
 // MinTTL is the shortest lifetime of a learned address; shorter TTLs are
@@ -62,8 +65,12 @@ type Rules struct {
 	// destination decides.
 	IPRules []IPRule
 	// DefaultAllow decides destinations matched by no IP rule and no
-	// learned address.
+	// learned or blocked address.
 	DefaultAllow bool
+	// Blocked are rejected after the IP rules and before the learned
+	// addresses (typically the addresses of names the policy denies,
+	// under a default that allows). [Table.Block] adds more.
+	Blocked []Entry
 	// RedirectPort, when non-zero, redirects every outbound TCP
 	// connection that passed the filter, except to loopback, to
 	// 127.0.0.1:RedirectPort ([::1]:RedirectPort for IPv6) in the
@@ -137,12 +144,16 @@ func (t *Table) Apply(r Rules, learned []Entry) error {
 	if err != nil {
 		return err
 	}
+	b4, b6, err := splitEntries(r.Blocked)
+	if err != nil {
+		return err
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
 		return fmt.Errorf("nft: apply in %s: %w", t.nsPath, fs.ErrClosed)
 	}
-	err = build(t.conn, r, v4, v6)
+	err = build(t.conn, r, [2][]nftables.SetElement{v4, v6}, [2][]nftables.SetElement{b4, b6})
 	if err == nil {
 		err = t.conn.Flush()
 	}
@@ -161,6 +172,22 @@ func (t *Table) Apply(r Rules, learned []Entry) error {
 // An address is invalid, the table is closed, or the sets do not exist
 // (no successful Apply yet; wraps unix.ENOENT).
 func (t *Table) Learn(addrs []netip.Addr, ttl time.Duration) error {
+	return t.refresh("learn", Learned4, Learned6, addrs, ttl)
+}
+
+// Block adds addrs to the blocked sets, or refreshes them, as Learn does
+// for the learned sets. A blocked address is rejected unless an IP rule
+// allowed it first, whether learned or not.
+//
+// # Errors
+//
+// As Learn's.
+func (t *Table) Block(addrs []netip.Addr, ttl time.Duration) error {
+	return t.refresh("block", Blocked4, Blocked6, addrs, ttl)
+}
+
+// refresh adds or refreshes addrs in the sets named set4 and set6.
+func (t *Table) refresh(op, set4, set6 string, addrs []netip.Addr, ttl time.Duration) error {
 	if len(addrs) == 0 {
 		return nil
 	}
@@ -175,15 +202,15 @@ func (t *Table) Learn(addrs []netip.Addr, ttl time.Duration) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
-		return fmt.Errorf("nft: learn in %s: %w", t.nsPath, fs.ErrClosed)
+		return fmt.Errorf("nft: %s in %s: %w", op, t.nsPath, fs.ErrClosed)
 	}
 	table := &nftables.Table{Family: nftables.TableFamilyINet, Name: TableName}
 	for _, s := range []struct {
 		set   *nftables.Set
 		elems []nftables.SetElement
 	}{
-		{learnedSet(table, Learned4, nftables.TypeIPAddr), v4},
-		{learnedSet(table, Learned6, nftables.TypeIP6Addr), v6},
+		{learnedSet(table, set4, nftables.TypeIPAddr), v4},
+		{learnedSet(table, set6, nftables.TypeIP6Addr), v6},
 	} {
 		if len(s.elems) == 0 {
 			continue
@@ -205,11 +232,11 @@ func (t *Table) Learn(addrs []netip.Addr, ttl time.Duration) error {
 			err = addElements(t.conn, s.set, s.elems)
 		}
 		if err != nil {
-			return t.reset(fmt.Errorf("nft: learn in %s: %w", t.nsPath, err))
+			return t.reset(fmt.Errorf("nft: %s in %s: %w", op, t.nsPath, err))
 		}
 	}
 	if err := t.conn.Flush(); err != nil {
-		return t.reset(fmt.Errorf("nft: learn in %s: %w", t.nsPath, err))
+		return t.reset(fmt.Errorf("nft: %s in %s: %w", op, t.nsPath, err))
 	}
 	return nil
 }

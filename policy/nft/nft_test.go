@@ -799,3 +799,32 @@ func TestCutEndsRedirectedFlows(t *testing.T) {
 		t.Fatal("the proxy's side of the flow was not reset")
 	}
 }
+
+// Blocked addresses are rejected after the IP rules and before the
+// learned addresses, under a default that allows.
+func TestBlocked(t *testing.T) {
+	top := newTopology(t)
+	sb := top.sandbox.Path
+	tbl := open(t, sb)
+	ttl := 30 * time.Second
+	require.NoError(t, tbl.Apply(nft.Rules{
+		Enforce: true, DefaultAllow: true,
+		IPRules: []nft.IPRule{{Prefix: pfx("10.250.1.5/32"), Allow: true}},
+		Blocked: []nft.Entry{{Addr: up1, TTL: ttl}, {Addr: up5, TTL: ttl}},
+	}, []nft.Entry{{Addr: up1, TTL: ttl}}))
+	assertTCPRejected(t, sb, up1, tcpPort) // blocked beats learned
+	assertTCPAllowed(t, sb, up5)           // an IP rule comes first
+	assertTCPAllowed(t, sb, up3)           // the default
+	assertTCPAllowed(t, sb, up6a)
+
+	require.NoError(t, tbl.Block([]netip.Addr{up3, up6a}, ttl))
+	assertTCPRejected(t, sb, up3, tcpPort)
+	assertTCPRejected(t, sb, up6a, tcpPort)
+	assertUDPRejected(t, sb, up3, udpPort)
+
+	// Apply replaces the blocked sets too.
+	require.NoError(t, tbl.Apply(nft.Rules{Enforce: true, DefaultAllow: true}, nil))
+	for _, a := range []netip.Addr{up1, up3, up6a} {
+		assertTCPAllowed(t, sb, a)
+	}
+}

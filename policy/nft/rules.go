@@ -45,7 +45,7 @@ const (
 // build queues the batch that replaces the table: create it if missing
 // (so that the deletion cannot fail), delete it, create it again with the
 // sets, chains and rules. The caller flushes.
-func build(c *nftables.Conn, r Rules, v4, v6 []nftables.SetElement) error {
+func build(c *nftables.Conn, r Rules, learned, blocked [2][]nftables.SetElement) error {
 	table := &nftables.Table{Family: nftables.TableFamilyINet, Name: TableName}
 	c.AddTable(table)
 	c.DelTable(table)
@@ -57,11 +57,13 @@ func build(c *nftables.Conn, r Rules, v4, v6 []nftables.SetElement) error {
 	var ids setIDs
 	set4 := learnedSet(table, Learned4, nftables.TypeIPAddr)
 	set6 := learnedSet(table, Learned6, nftables.TypeIP6Addr)
-	set4.ID, set6.ID = ids.next(), ids.next()
+	blk4 := learnedSet(table, Blocked4, nftables.TypeIPAddr)
+	blk6 := learnedSet(table, Blocked6, nftables.TypeIP6Addr)
+	set4.ID, set6.ID, blk4.ID, blk6.ID = ids.next(), ids.next(), ids.next(), ids.next()
 	for _, s := range []struct {
 		set   *nftables.Set
 		elems []nftables.SetElement
-	}{{set4, v4}, {set6, v6}} {
+	}{{set4, learned[0]}, {set6, learned[1]}, {blk4, blocked[0]}, {blk6, blocked[1]}} {
 		if err := c.AddSet(s.set, nil); err != nil {
 			return fmt.Errorf("set %s: %w", s.set.Name, err)
 		}
@@ -71,7 +73,7 @@ func build(c *nftables.Conn, r Rules, v4, v6 []nftables.SetElement) error {
 	}
 
 	if r.Enforce {
-		if err := buildFilter(c, table, r, set4, set6, &ids); err != nil {
+		if err := buildFilter(c, table, r, [2]*nftables.Set{set4, set6}, [2]*nftables.Set{blk4, blk6}, &ids); err != nil {
 			return err
 		}
 	}
@@ -107,11 +109,12 @@ func learnedSet(table *nftables.Table, name string, key nftables.SetDatatype) *n
 //	  meta nfproto ipv4 goto out4
 //	  meta nfproto ipv6 goto out6
 //	  <default> }
-//	chain out4 { ip daddr <prefix> accept|goto deny ...; ip daddr @learned4 accept; <default> }
+//	chain out4 { ip daddr <prefix> accept|goto deny ...; ip daddr @blocked4 goto deny;
+//	             ip daddr @learned4 accept; <default> }
 //	chain out6 { ip6 hoplimit 255 icmpv6 type { nd-router-solicit, nd-neighbor-solicit, nd-neighbor-advert } accept
 //	             (then as out4, for IPv6) }
 //	chain deny { meta l4proto tcp reject with tcp reset; reject with icmpx admin-prohibited }
-func buildFilter(c *nftables.Conn, table *nftables.Table, r Rules, set4, set6 *nftables.Set, ids *setIDs) error {
+func buildFilter(c *nftables.Conn, table *nftables.Table, r Rules, learned, blocked [2]*nftables.Set, ids *setIDs) error {
 	deny := c.AddChain(&nftables.Chain{Name: chainDeny, Table: table})
 	out4 := c.AddChain(&nftables.Chain{Name: chainOut4, Table: table})
 	out6 := c.AddChain(&nftables.Chain{Name: chainOut6, Table: table})
@@ -209,16 +212,21 @@ func buildFilter(c *nftables.Conn, table *nftables.Table, r Rules, set4, set6 *n
 		c.AddRule(&nftables.Rule{Table: table, Chain: chain, Exprs: append(daddrMatch(p), verdict)})
 	}
 	for _, l := range []struct {
-		chain  *nftables.Chain
-		set    *nftables.Set
-		offset uint32
-		size   uint32
-	}{{out4, set4, daddr4Offset, 4}, {out6, set6, daddr6Offset, 16}} {
-		c.AddRule(&nftables.Rule{Table: table, Chain: l.chain, Exprs: []expr.Any{
-			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: l.offset, Len: l.size},
-			&expr.Lookup{SourceRegister: 1, SetName: l.set.Name, SetID: l.set.ID},
-			accept,
-		}})
+		chain            *nftables.Chain
+		learned, blocked *nftables.Set
+		offset           uint32
+		size             uint32
+	}{{out4, learned[0], blocked[0], daddr4Offset, 4}, {out6, learned[1], blocked[1], daddr6Offset, 16}} {
+		for _, sv := range []struct {
+			set     *nftables.Set
+			verdict expr.Any
+		}{{l.blocked, gotoChain(chainDeny)}, {l.learned, accept}} {
+			c.AddRule(&nftables.Rule{Table: table, Chain: l.chain, Exprs: []expr.Any{
+				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: l.offset, Len: l.size},
+				&expr.Lookup{SourceRegister: 1, SetName: sv.set.Name, SetID: sv.set.ID},
+				sv.verdict,
+			}})
+		}
 		c.AddRule(&nftables.Rule{Table: table, Chain: l.chain, Exprs: []expr.Any{dflt}})
 	}
 	return nil
