@@ -236,6 +236,20 @@ func (s *Sandbox) onDenied(name string) {
 		s.blockMu.Unlock()
 		return
 	}
+	if len(s.resolved) >= maxBlocked {
+		// A workload asking for many names: forget the expired ones, and
+		// resolve no more while the map is full.
+		now := time.Now()
+		for n, exp := range s.resolved {
+			if !now.Before(exp) {
+				delete(s.resolved, n)
+			}
+		}
+		if len(s.resolved) >= maxBlocked {
+			s.blockMu.Unlock()
+			return
+		}
+	}
 	// Taken until the lookup ends: one lookup per name at a time.
 	s.resolved[name] = time.Now().Add(minBlockTTL)
 	s.blockMu.Unlock()

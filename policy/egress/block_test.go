@@ -2,6 +2,7 @@ package egress
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
@@ -121,4 +122,25 @@ func TestDeniedNames(t *testing.T) {
 		"deny *.bad.test", "deny 10.0.0.0/8", "deny 192.0.2.1", "allow ok.test"))
 	require.NoError(t, err)
 	assert.Equal(t, []string{"evil.test"}, deniedNames(c), "exact names the policy denies: not wildcards, IPs, or names an earlier rule allows")
+}
+
+// Names a wildcard denies are resolved on demand, but no more than
+// maxBlocked of them are remembered: a workload asking for endless names
+// cannot grow the controller without bound.
+func TestOnDemandIsBounded(t *testing.T) {
+	e := newEnv(t)
+	s, _ := blockingSandbox(t, e, pol(policy.Allow, "deny *.cdn.test"))
+	s.blockMu.Lock()
+	future := time.Now().Add(time.Hour)
+	for i := range maxBlocked {
+		s.resolved[fmt.Sprintf("n%d.cdn.test", i)] = future
+	}
+	s.blockMu.Unlock()
+	s.onDenied("x.cdn.test")
+	s.blockMu.Lock()
+	n := len(s.resolved)
+	_, asked := s.resolved["x.cdn.test"]
+	s.blockMu.Unlock()
+	assert.Equal(t, maxBlocked, n)
+	assert.False(t, asked, "no lookup while the map is full")
 }
