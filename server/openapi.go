@@ -1,18 +1,16 @@
 package server
 
 import (
-	_ "embed"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/hybox-dev/hybox/sdks"
 )
 
-// openAPIDocument is the OpenAPI 3.1 description of the lifecycle API and
-// of the execd API of each sandbox, written by hand from this code.
+// openAPIDocument is the protocol document (sdks/openapi.yaml).
 // openapi_test.go keeps it in step with the routes.
-//
-//go:embed openapi.yaml
-var openAPIDocument []byte
+var openAPIDocument = sdks.OpenAPI
 
 // OpenAPIDocument returns the OpenAPI 3.1 document (YAML) describing the
 // API a Server serves: the lifecycle routes and, tagged "execd", the API of

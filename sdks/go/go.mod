@@ -1,0 +1,3 @@
+module github.com/hybox-dev/hybox/sdks/go
+
+go 1.24
