@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/hybox-dev/hybox/sdks/go/api"
 )
 
 func allowAll(string) error { return nil }
@@ -316,5 +318,5 @@ func TestErrorsNeverContainValues(t *testing.T) {
 	}
 	var s Secret
 	err := json.Unmarshal([]byte(`123`), &s)
-	assert.ErrorIs(t, err, ErrInvalid)
+	assert.ErrorIs(t, err, api.ErrSecretNotString)
 }
