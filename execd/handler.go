@@ -98,6 +98,7 @@ type Handler struct {
 	codes    *codeManager
 	commands *commandManager
 	sessions *sessionManager
+	ptys     *ptyManager
 
 	closeOnce sync.Once
 }
@@ -161,6 +162,7 @@ func (h *Handler) routes() {
 		}
 	}
 	ptys := newPTYManager(h)
+	h.ptys = ptys
 	m.HandleFunc("POST /pty", ptys.orElse(ptys.create, notSupported("PTY sessions are not available in this sandbox; create the sandbox with extensions {\"hybox.io/runtime\":\"runc\"} for a terminal")))
 	m.HandleFunc("/pty/", ptys.orElse(ptys.route, notSupported("PTY sessions are not available in this sandbox")))
 
@@ -183,11 +185,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mux.ServeHTTP(w, r)
 }
 
-// Close stops every execution and command and closes every interpreter.
+// Close stops every execution and command, ends every terminal and closes
+// every interpreter.
 func (h *Handler) Close() {
 	h.closeOnce.Do(func() {
 		h.commands.closeAll()
 		h.sessions.closeAll()
+		h.ptys.closeAll()
 		h.codes.closeAll()
 	})
 }

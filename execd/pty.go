@@ -69,9 +69,45 @@ const (
 
 // ptyManager serves /pty.
 type ptyManager struct {
-	h    *Handler
-	mu   sync.Mutex
-	byID map[string]*ptySession
+	h      *Handler
+	mu     sync.Mutex
+	byID   map[string]*ptySession
+	closed bool // closeAll ran: no new terminals
+}
+
+// ptyCloseWait bounds how long closeAll waits for a killed program's
+// output pump to end.
+const ptyCloseWait = 5 * time.Second
+
+// closeAll ends every terminal: its program is killed and its clients are
+// disconnected, and it waits (boundedly) for the output pumps to finish.
+// Creating a terminal afterwards fails.
+func (m *ptyManager) closeAll() {
+	m.mu.Lock()
+	m.closed = true
+	all := make([]*ptySession, 0, len(m.byID))
+	for _, s := range m.byID {
+		all = append(all, s)
+	}
+	clear(m.byID)
+	m.mu.Unlock()
+	for _, s := range all {
+		s.mu.Lock()
+		if c := s.client; c != nil {
+			_ = c.close(wsCloseGoingAway, "the sandbox is closing")
+			s.client = nil
+		}
+		s.mu.Unlock()
+		_ = s.t.Close()
+	}
+	deadline := time.After(ptyCloseWait)
+	for _, s := range all {
+		select {
+		case <-s.done:
+		case <-deadline:
+			return
+		}
+	}
 }
 
 func newPTYManager(h *Handler) *ptyManager {
@@ -129,6 +165,12 @@ func (m *ptyManager) create(w http.ResponseWriter, r *http.Request) {
 	}
 	s := &ptySession{id: newID(), t: t, done: make(chan struct{})}
 	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		_ = t.Close()
+		writeError(w, api.ErrorCodeUNAVAILABLE, "the sandbox is closing")
+		return
+	}
 	m.byID[s.id] = s
 	m.mu.Unlock()
 	go m.pump(s)
@@ -171,6 +213,12 @@ func (m *ptyManager) pump(s *ptySession) {
 	close(s.done)
 	if seen {
 		m.forget(s)
+		return
+	}
+	m.mu.Lock()
+	closed := m.closed
+	m.mu.Unlock()
+	if closed {
 		return
 	}
 	time.AfterFunc(ptyForgetAfterExit, func() { m.forget(s) })
@@ -274,7 +322,7 @@ func (m *ptyManager) attach(w http.ResponseWriter, r *http.Request, s *ptySessio
 			return
 		}
 		if err := m.input(c, s, op, data); err != nil {
-			b, _ := json.Marshal(map[string]string{"type": "error", "message": err.Error()})
+			b, _ := json.Marshal(api.PtyServerMessage{Type: api.PtyServerMessageTypeError, Message: err.Error()})
 			_ = c.write(wsOpText, b)
 		}
 	}
@@ -324,14 +372,4 @@ func ignoreClosed(err error) error {
 		return nil
 	}
 	return err
-}
-
-func (m *ptyManager) closeAll() {
-	m.mu.Lock()
-	all := m.byID
-	m.byID = map[string]*ptySession{}
-	m.mu.Unlock()
-	for _, s := range all {
-		_ = s.t.Close()
-	}
 }

@@ -374,6 +374,7 @@ func (e PtyServerMessageMode) Valid() bool {
 // Defines values for PtyServerMessageType.
 const (
 	PtyServerMessageTypeConnected PtyServerMessageType = "connected"
+	PtyServerMessageTypeError     PtyServerMessageType = "error"
 	PtyServerMessageTypeExit      PtyServerMessageType = "exit"
 	PtyServerMessageTypePong      PtyServerMessageType = "pong"
 )
@@ -382,6 +383,8 @@ const (
 func (e PtyServerMessageType) Valid() bool {
 	switch e {
 	case PtyServerMessageTypeConnected:
+		return true
+	case PtyServerMessageTypeError:
 		return true
 	case PtyServerMessageTypeExit:
 		return true
@@ -1010,10 +1013,13 @@ type PtyRequest struct {
 }
 
 // PtyServerMessage A text (JSON) frame from the server on the PTY WebSocket: `connected` first, `pong` for a
-// `ping`, `exit` last. Output travels in binary frames whose first byte is the channel
+// `ping`, `error` for a client frame it could not use (the terminal goes on), `exit` last. Output travels in binary frames whose first byte is the channel
 // (0x01 stdout, 0x02 stderr, 0x03 replay of what was written before this client attached).
 type PtyServerMessage struct {
-	ExitCode  *int                 `json:"exit_code,omitempty"`
+	ExitCode *int `json:"exit_code,omitempty"`
+
+	// Message `error`: what was wrong with the client's frame.
+	Message   string               `json:"message,omitempty,omitzero"`
 	Mode      PtyServerMessageMode `json:"mode,omitempty,omitzero"`
 	SessionID string               `json:"session_id,omitempty,omitzero"`
 	Type      PtyServerMessageType `json:"type"`
