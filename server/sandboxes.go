@@ -16,6 +16,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/hybox-dev/hybox/internal/cleanup"
 	"github.com/hybox-dev/hybox/runtimes"
 	"github.com/hybox-dev/hybox/sdks/go/api"
 	"github.com/hybox-dev/hybox/sdks/go/errdefs"
@@ -81,35 +82,36 @@ func (s *Server) createSandbox(c *gin.Context) {
 	rec.Runtime = rt.Name()
 	unlock := s.lock(rec.ID)
 	defer unlock()
+	// What a failed create made is undone, newest first. The record is
+	// written once the sandbox exists: a crash before that leaves only a
+	// directory (and the sealed vault), which start-up removes.
+	bg := context.WithoutCancel(c.Request.Context())
+	cu := cleanup.Make(func() {
+		_ = os.RemoveAll(s.sandboxDir(rec.ID))
+		_ = s.store.delete(rec.ID)
+	})
+	defer cu.Clean()
 	eg, err := s.newEgress(rec, true)
 	if err != nil {
-		_ = s.store.delete(rec.ID)
 		s.abortErr(c, err)
 		return
 	}
+	cu.Add(func() { _ = eg.Close() })
 	spec.Egress = eg
-	// The record is written once the sandbox exists: a crash before that
-	// leaves only a directory, which start-up removes (removeOrphans).
+	cu.Add(func() { _ = rt.Destroy(bg, s.spec(rec)) })
 	sb, err := rt.Create(c.Request.Context(), spec)
 	if err != nil {
 		s.log.Warn("create sandbox", "id", rec.ID, "runtime", rec.Runtime, "err", err)
-		_ = eg.Close()
-		_ = rt.Destroy(context.WithoutCancel(c.Request.Context()), s.spec(rec))
-		_ = os.RemoveAll(s.sandboxDir(rec.ID))
-		_ = s.store.delete(rec.ID)
 		s.abortErr(c, err)
 		return
 	}
+	cu.Add(func() { _ = sb.Close(bg) })
 	rec.State, rec.LastTransitionAt = StateRunning, time.Now().UTC()
 	if err := s.store.put(rec); err != nil {
-		_ = sb.Close(context.WithoutCancel(c.Request.Context()))
-		_ = eg.Close()
-		_ = rt.Destroy(context.WithoutCancel(c.Request.Context()), s.spec(rec))
-		_ = os.RemoveAll(s.sandboxDir(rec.ID))
-		_ = s.store.delete(rec.ID)
 		s.abortErr(c, err)
 		return
 	}
+	cu.Release()
 	s.mu.Lock()
 	s.egress[rec.ID] = eg
 	s.mu.Unlock()
