@@ -71,7 +71,7 @@ func newHarness(t testing.TB, dataDir string, ho harnessOpts) *harness {
 		sock := ocienv.Containerd(t)
 		ocienv.ImageIn(t, sock, ns)
 		b, err := oci.New(ctx, oci.Options{Address: sock, Namespace: ns,
-			ExecdBinary: ocienv.ExecdBinary(t), RunscBinary: ocienv.RunscWrapper(),
+			ExecdBinary: ocienv.ExecdBinary(t), RunscBinary: ocienv.Runsc().Binary, RunscPlatform: ocienv.GVisor(t).Platform,
 			CNIPluginDir: "/usr/lib/cni", StateDir: filepath.Join(dataDir, "oci")})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = b.Close() })
