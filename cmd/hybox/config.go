@@ -66,6 +66,9 @@ type ociConfig struct {
 	// AllowedHostPaths are the host directories (and what is below them)
 	// that sandboxes may mount as volumes.
 	AllowedHostPaths []string `toml:"allowed_host_paths"`
+	// RunscPlatform is gVisor's platform: systrap, ptrace, or "" to probe
+	// (systrap where it works, else ptrace).
+	RunscPlatform string `toml:"runsc_platform"`
 }
 
 type wasmConfig struct {
@@ -124,6 +127,7 @@ func loadConfig(path string, getenv func(string) string) (*config, error) {
 		{"HYBOX_LOG_LEVEL", func(v string) error { c.LogLevel = v; return nil }},
 		{"HYBOX_CONTAINERD_ADDRESS", func(v string) error { c.OCI.Address = v; return nil }},
 		{"HYBOX_RUNSC_BINARY", func(v string) error { c.OCI.RunscBinary = v; return nil }},
+		{"HYBOX_RUNSC_PLATFORM", func(v string) error { c.OCI.RunscPlatform = v; return nil }},
 		{"HYBOX_EXECD_BINARY", func(v string) error { c.OCI.ExecdBinary = v; return nil }},
 		{"HYBOX_VAULT_KEY", func(v string) error { c.Vault.Key = v; return nil }},
 		{"HYBOX_VAULT_KEY_FILE", func(v string) error { c.Vault.KeyFile = v; return nil }},
