@@ -78,7 +78,7 @@ func newHarness(t testing.TB, dataDir string, ho harnessOpts) *harness {
 		rts = append(rts, b.Runtimes()...)
 		images = b
 	}
-	router, err := runtimes.NewRouter(rts, runtimes.BuiltinImageRules, "wasm")
+	router, err := runtimes.NewRouter(rts, runtimes.BuiltinImageRules, "")
 	require.NoError(t, err)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var eg *egress.Manager

@@ -208,7 +208,7 @@ func serve(ctx context.Context, cfg *config) error {
 		}
 	}
 	rules := append(append([]runtimes.ImageRule{}, cfg.ImageRules...), runtimes.BuiltinImageRules...)
-	router, err := runtimes.NewRouter(rts, rules, cfg.DefaultRuntime)
+	router, err := runtimes.NewRouter(rts, rules, cfg.OCI.DefaultRuntime)
 	if err != nil {
 		return err
 	}
