@@ -115,7 +115,7 @@ func (r *Record) wire() Sandbox {
 		Entrypoint: r.Entrypoint,
 		ExpiresAt:  r.ExpiresAt,
 		CreatedAt:  r.CreatedAt,
-		Extensions: r.Extensions,
+		Extensions: runtimeExtensions(r.Extensions, r.Runtime),
 	}
 	if s.Metadata == nil {
 		s.Metadata = map[string]string{}
