@@ -13,6 +13,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/url"
@@ -47,6 +48,21 @@ var (
 	// SANDBOX_UNREACHABLE). Its message never carries the address tried.
 	ErrUnreachable = errors.New("sandbox port unreachable")
 )
+
+// PortUnreachableError is a sandbox port that did not answer; it wraps
+// ErrUnreachable, and its text names only the sandbox and the port, so
+// WriteError shows it (where it hides other 502 texts).
+type PortUnreachableError struct {
+	Sandbox string
+	Port    int
+}
+
+func (e *PortUnreachableError) Error() string {
+	return fmt.Sprintf("sandbox %s: nothing answers on port %d (a server in the sandbox must listen on 0.0.0.0:%d)", e.Sandbox, e.Port, e.Port)
+}
+
+// Unwrap returns ErrUnreachable.
+func (e *PortUnreachableError) Unwrap() error { return ErrUnreachable }
 
 // Target says where a sandbox port is served. Exactly one way is used:
 //
@@ -131,10 +147,13 @@ func Status(err error) (status int, code string, known bool) {
 func WriteError(w http.ResponseWriter, err error) {
 	status, code, _ := Status(err)
 	msg := err.Error()
-	switch status {
-	case http.StatusBadGateway:
+	var pu *PortUnreachableError
+	switch {
+	case status == http.StatusBadGateway && errors.As(err, &pu):
+		msg = pu.Error()
+	case status == http.StatusBadGateway:
 		msg = "the sandbox port is not reachable"
-	case http.StatusInternalServerError:
+	case status == http.StatusInternalServerError:
 		msg = "internal error"
 	}
 	body, _ := json.Marshal(struct {
