@@ -128,4 +128,5 @@ fmt:
 	gofmt -w $$(git ls-files '*.go')
 
 clean:
-	rm -rf bin build/data build/wazero-cache
+	@./scripts/containers/containerd.sh stop $(DATA_DIR) 2>/dev/null || true
+	rm -rf bin build/data build/wazero-cache build/gvisor-dir

@@ -44,6 +44,11 @@ const (
 	// CacheDir holds the built image archive and gVisor builds; it
 	// survives between runs.
 	CacheDir = "/var/cache/hybox"
+	// ImageCacheEnv names a directory for the image archive instead of
+	// [CacheDir], for a run whose build-image.sh differs from the one
+	// that made the shared archive (its inputs record would not match,
+	// and each run would rebuild the other's).
+	ImageCacheEnv = "HYBOX_TEST_IMAGE_CACHE"
 	// ImageName is the test image.
 	ImageName = "localhost/hybox/python:3-bookworm"
 	// Namespace is the containerd namespace [Image] imports into.
@@ -64,8 +69,15 @@ func DataDir() string {
 	return DefaultDataDir
 }
 
-// ImageArchive is the OCI archive of [ImageName] in [CacheDir].
-func ImageArchive() string { return filepath.Join(CacheDir, "python-3-bookworm.oci.tar") }
+// ImageArchive is the OCI archive of [ImageName] in [CacheDir] (or
+// [ImageCacheEnv]).
+func ImageArchive() string {
+	dir := CacheDir
+	if d := os.Getenv(ImageCacheEnv); d != "" {
+		dir = d
+	}
+	return filepath.Join(dir, "python-3-bookworm.oci.tar")
+}
 
 // Socket is the test containerd's socket (running or not).
 func Socket() string { return filepath.Join(DataDir(), "containerd", "containerd.sock") }
@@ -192,7 +204,7 @@ func ImageIn(t testing.TB, socket, namespace string) string {
 		t.Fatalf("build %s: %v\n%s", ImageArchive(), err, out)
 	}
 	if len(bytes.TrimSpace(out)) > 0 {
-		t.Logf("image archive built in %v:\n%s", time.Since(begin).Round(time.Millisecond), bytes.TrimSpace(out))
+		t.Logf("image archive ready in %v:\n%s", time.Since(begin).Round(time.Millisecond), bytes.TrimSpace(out))
 	}
 	want, err := archiveDigest(ImageArchive())
 	if err != nil {
