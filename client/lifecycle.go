@@ -116,6 +116,9 @@ type Sandbox struct {
 	Entrypoint []string          `json:"entrypoint,omitempty"`
 	ExpiresAt  *time.Time        `json:"expiresAt,omitempty"`
 	CreatedAt  time.Time         `json:"createdAt"`
+	// Extensions holds, among others, RuntimeExtension: the runtime the
+	// sandbox runs on (hybox servers always set it).
+	Extensions map[string]string `json:"extensions,omitempty"`
 
 	// Raw is the JSON object the server sent, unknown fields included.
 	Raw json.RawMessage `json:"-"`

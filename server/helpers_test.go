@@ -72,14 +72,14 @@ func newHarness(t testing.TB, dataDir string, ho harnessOpts) *harness {
 		sock := ocienv.Containerd(t)
 		ocienv.ImageIn(t, sock, ns)
 		b, err := oci.New(ctx, oci.Options{Address: sock, Namespace: ns,
-			ExecdBinary: ocienv.ExecdBinary(t), RunscBinary: ocienv.RunscWrapper(),
+			ExecdBinary: ocienv.ExecdBinary(t), RunscBinary: ocienv.Runsc().Binary, RunscPlatform: ocienv.GVisor(t).Platform,
 			CNIPluginDir: "/usr/lib/cni", StateDir: filepath.Join(dataDir, "oci")})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = b.Close() })
 		rts = append(rts, b.Runtimes()...)
 		images = b
 	}
-	router, err := runtimes.NewRouter(rts, runtimes.BuiltinImageRules, "wasm")
+	router, err := runtimes.NewRouter(rts, runtimes.BuiltinImageRules, "")
 	require.NoError(t, err)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var eg *egress.Manager

@@ -175,7 +175,8 @@ func TestSandboxListGet(t *testing.T) {
 	t0 := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	exp := t0.Add(10 * time.Minute)
 	a := srv.AddSandbox(client.Sandbox{ID: "aaaa", Status: client.Status{State: client.StateRunning}, Image: &client.Image{URI: "wasm://default"},
-		CreatedAt: t0, ExpiresAt: &exp, Metadata: map[string]string{"team": "ml", "env": "dev"}, Entrypoint: []string{"tail", "-f", "/dev/null"}})
+		CreatedAt: t0, ExpiresAt: &exp, Metadata: map[string]string{"team": "ml", "env": "dev"}, Entrypoint: []string{"tail", "-f", "/dev/null"},
+		Extensions: map[string]string{client.RuntimeExtension: "wasm"}})
 	srv.AddSandbox(client.Sandbox{ID: "bbbb", Status: client.Status{State: client.StatePaused}, Image: &client.Image{URI: "python:3.12"}, CreatedAt: t0.Add(time.Second)})
 
 	r := hybox(t, srv, "", "sandbox", "list")
@@ -215,6 +216,7 @@ func TestSandboxListGet(t *testing.T) {
 	want = "ID:          aaaa\n" +
 		"State:       Running\n" +
 		"Image:       wasm://default\n" +
+		"Runtime:     wasm\n" +
 		"Created:     2030-01-02T03:04:05Z\n" +
 		"Expires:     2030-01-02T03:14:05Z\n" +
 		"Entrypoint:  tail -f /dev/null\n" +

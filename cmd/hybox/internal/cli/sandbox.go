@@ -220,6 +220,7 @@ func writeSandbox(w io.Writer, sb *client.Sandbox) error {
 	row("Reason", sb.Status.Reason)
 	row("Message", sb.Status.Message)
 	row("Image", imageURI(*sb))
+	row("Runtime", sb.Extensions[client.RuntimeExtension])
 	row("Snapshot", sb.SnapshotID)
 	if sb.Platform != nil {
 		row("Platform", strings.Trim(sb.Platform.OS+"/"+sb.Platform.Arch, "/"))
