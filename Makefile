@@ -13,7 +13,7 @@ API_KEY_FILE ?= $(CURDIR)/build/api-key
 VAULT_KEY_FILE ?= $(CURDIR)/build/vault-key
 export HYBOX_GUEST_DIR := $(GUEST_DIR)
 
-.PHONY: all build guests run test test-unit test-e2e bench check fmt vet clean deps containers-deps containerd containerd-stop image
+.PHONY: all build guests run test test-unit test-sdk test-e2e bench check fmt vet clean deps containers-deps containerd containerd-stop image
 
 all: build
 
@@ -65,7 +65,7 @@ run: build $(API_KEY_FILE) $(VAULT_KEY_FILE) $(RUN_DEPS)
 		--vault-key-file $(VAULT_KEY_FILE) \
 		--execd-binary $(CURDIR)/$(EXECD_BIN) $(RUN_FLAGS)
 
-test: test-unit test-e2e
+test: test-unit test-sdk test-e2e
 
 ifeq ($(IS_ROOT),yes)
 TEST_DEPS := containers-deps
@@ -73,6 +73,11 @@ endif
 
 test-unit: guests vet $(TEST_DEPS)
 	$(GO) test -race -timeout 20m ./...
+
+# The Go SDK (its own module, sdks/go) against a real `hybox serve`: the
+# binary just built. HYBOX_REQUIRE_SDK_SERVER makes a missing binary a failure.
+test-sdk: build
+	cd sdks/go && HYBOX_BIN=$(CURDIR)/$(BIN) HYBOX_REQUIRE_SDK_SERVER=1 $(GO) test -race -timeout 10m ./...
 
 test-e2e: build
 	@./scripts/e2e.sh
@@ -88,6 +93,7 @@ check: vet
 vet:
 	$(GO) vet $$($(GO) list ./... | grep -v /runtimes/wasm/wasmfs)
 	$(GO) vet -stdmethods=false ./runtimes/wasm/wasmfs
+	cd sdks/go && $(GO) vet ./...
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

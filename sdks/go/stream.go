@@ -9,6 +9,7 @@ import (
 	"io"
 	"iter"
 	"strconv"
+	"strings"
 
 	"github.com/hybox-dev/hybox/sdks/go/api"
 )
@@ -236,9 +237,9 @@ func joinLines(s []string) string {
 // *ExecutionError describing how it failed.
 //
 // # Errors
-// An *ExecutionError wrapping ErrExitStatus for a non-zero exit, ErrTimeout
-// for a time limit; other failures (exceptions, interruptions) wrap
-// nothing.
+// An *ExecutionError wrapping ErrExitStatus for a non-zero exit and
+// ErrTimeout for a time limit; other failures (exceptions, interruptions)
+// wrap nothing.
 func (x *Execution) Err() error {
 	if x.Error == nil && x.Complete {
 		return nil
@@ -264,16 +265,33 @@ func (e *ExecutionError) Error() string {
 	return "hybox: " + e.Ename + ": " + e.Evalue
 }
 
-// Unwrap returns ErrExitStatus for a non-zero exit and ErrTimeout for a
-// time limit.
-func (e *ExecutionError) Unwrap() error {
-	switch e.Ename {
-	case commandExecError:
-		return ErrExitStatus
-	case "TimeoutError":
-		return ErrTimeout
+// Unwrap returns ErrExitStatus for a command that exited with a non-zero
+// code, and ErrTimeout for an execution stopped at its time limit (a
+// command killed then has both).
+func (e *ExecutionError) Unwrap() []error {
+	var errs []error
+	if e.Ename == commandExecError {
+		errs = append(errs, ErrExitStatus)
 	}
-	return nil
+	if timedOut(e.ExecError) {
+		errs = append(errs, ErrTimeout)
+	}
+	return errs
+}
+
+// timedOut reports whether an execution's error says it hit its time
+// limit: ename TimeoutError for code, and for a command (whose ename is
+// always CommandExecError) the server's cause in the traceback.
+func timedOut(e api.ExecError) bool {
+	if e.Ename == "TimeoutError" {
+		return true
+	}
+	for _, l := range e.Traceback {
+		if strings.HasPrefix(l, "execution timed out") {
+			return true
+		}
+	}
+	return false
 }
 
 // add records ev into x.
