@@ -18,7 +18,10 @@ func TestImagesWithoutContainers(t *testing.T) {
 	calls := map[string]func() error{
 		"list":   func() error { _, err := c.Images(ctx); return err },
 		"import": func() error { _, err := c.ImportImage(ctx, strings.NewReader("not a tar")); return err },
-		"pull":   func() error { _, err := c.PullImage(ctx, api.PullImageRequest{Ref: "docker.io/library/alpine:3"}); return err },
+		"pull": func() error {
+			_, err := c.PullImage(ctx, api.PullImageRequest{Ref: "docker.io/library/alpine:3"})
+			return err
+		},
 		"remove": func() error { return c.RemoveImage(ctx, "docker.io/library/alpine:3") },
 	}
 	for name, call := range calls {

@@ -62,6 +62,11 @@ func (c *Client) Connect(ctx context.Context, id string) (*Sandbox, error) {
 	return c.handle(info), nil
 }
 
+// Sandbox returns a handle on the sandbox id without asking the server
+// anything: the first call through it does. Its Info is empty until
+// Refresh.
+func (c *Client) Sandbox(id string) *Sandbox { return c.handle(api.Sandbox{Id: id}) }
+
 func (c *Client) handle(info api.Sandbox) *Sandbox {
 	return &Sandbox{c: c, id: info.Id, info: info, ports: map[int]*transport{}}
 }
@@ -193,7 +198,7 @@ func (s *Sandbox) Refresh(ctx context.Context) (api.Sandbox, error) {
 // is Running.
 //
 // # Errors
-// An *APIError wrapping ErrConflict when the sandbox reaches Failed,
+// A *StateError (matching ErrConflict) when the sandbox reaches Failed,
 // Terminated or Stopping; errors of Refresh; ctx's error when it ends
 // first.
 func (s *Sandbox) WaitRunning(ctx context.Context, interval time.Duration) (api.Sandbox, error) {
@@ -209,8 +214,7 @@ func (s *Sandbox) WaitRunning(ctx context.Context, interval time.Duration) (api.
 		case api.SandboxStateRunning:
 			return info, nil
 		case api.SandboxStateFailed, api.SandboxStateTerminated, api.SandboxStateStopping:
-			return info, &APIError{Status: http.StatusConflict, Code: "INVALID_STATE",
-				Message: fmt.Sprintf("sandbox %s is %s: %s %s", s.id, info.Status.State, info.Status.Reason, info.Status.Message)}
+			return info, &StateError{ID: s.id, Status: info.Status}
 		}
 		t := time.NewTimer(interval)
 		select {
@@ -221,6 +225,28 @@ func (s *Sandbox) WaitRunning(ctx context.Context, interval time.Duration) (api.
 		}
 	}
 }
+
+// StateError reports a sandbox that reached a state from which it cannot
+// become Running.
+type StateError struct {
+	ID     string
+	Status api.SandboxStatus
+}
+
+// Error describes the state and its reason.
+func (e *StateError) Error() string {
+	s := fmt.Sprintf("hybox: sandbox %s is %s", e.ID, e.Status.State)
+	if e.Status.Reason != "" {
+		s += ": " + e.Status.Reason
+	}
+	if e.Status.Message != "" {
+		s += ": " + e.Status.Message
+	}
+	return s
+}
+
+// Unwrap returns ErrConflict.
+func (e *StateError) Unwrap() error { return ErrConflict }
 
 // Kill terminates the sandbox and removes it.
 //
