@@ -9,6 +9,132 @@ import (
 	"time"
 )
 
+// Defines values for ErrorCode.
+const (
+	ErrorCodeCONFLICT                ErrorCode = "CONFLICT"
+	ErrorCodeCONTEXTBUSY             ErrorCode = "CONTEXT_BUSY"
+	ErrorCodeCONTEXTNOTFOUND         ErrorCode = "CONTEXT_NOT_FOUND"
+	ErrorCodeCREDENTIALPROXYDISABLED ErrorCode = "CREDENTIAL_PROXY_DISABLED"
+	ErrorCodeFILEEXISTS              ErrorCode = "FILE_EXISTS"
+	ErrorCodeFILENOTFOUND            ErrorCode = "FILE_NOT_FOUND"
+	ErrorCodeFORBIDDEN               ErrorCode = "FORBIDDEN"
+	ErrorCodeIMAGENOTFOUND           ErrorCode = "IMAGE_NOT_FOUND"
+	ErrorCodeINTERNALERROR           ErrorCode = "INTERNAL_ERROR"
+	ErrorCodeINVALIDAPIKEY           ErrorCode = "INVALID_API_KEY"
+	ErrorCodeINVALIDFILEMETADATA     ErrorCode = "INVALID_FILE_METADATA"
+	ErrorCodeINVALIDPATH             ErrorCode = "INVALID_PATH"
+	ErrorCodeINVALIDRANGE            ErrorCode = "INVALID_RANGE"
+	ErrorCodeINVALIDREQUEST          ErrorCode = "INVALID_REQUEST"
+	ErrorCodeINVALIDREQUESTBODY      ErrorCode = "INVALID_REQUEST_BODY"
+	ErrorCodeINVALIDROUTE            ErrorCode = "INVALID_ROUTE"
+	ErrorCodeINVALIDROUTETOKEN       ErrorCode = "INVALID_ROUTE_TOKEN"
+	ErrorCodeINVALIDSTATE            ErrorCode = "INVALID_STATE"
+	ErrorCodeMETHODNOTALLOWED        ErrorCode = "METHOD_NOT_ALLOWED"
+	ErrorCodeMISSINGAPIKEY           ErrorCode = "MISSING_API_KEY"
+	ErrorCodeMISSINGQUERY            ErrorCode = "MISSING_QUERY"
+	ErrorCodeNOTFOUND                ErrorCode = "NOT_FOUND"
+	ErrorCodeNOTSUPPORTED            ErrorCode = "NOT_SUPPORTED"
+	ErrorCodePAYLOADTOOLARGE         ErrorCode = "PAYLOAD_TOO_LARGE"
+	ErrorCodePERMISSIONDENIED        ErrorCode = "PERMISSION_DENIED"
+	ErrorCodeREVISIONCONFLICT        ErrorCode = "REVISION_CONFLICT"
+	ErrorCodeROUTETOKENEXPIRED       ErrorCode = "ROUTE_TOKEN_EXPIRED"
+	ErrorCodeRUNTIMEERROR            ErrorCode = "RUNTIME_ERROR"
+	ErrorCodeSANDBOXNOTFOUND         ErrorCode = "SANDBOX_NOT_FOUND"
+	ErrorCodeSANDBOXPAUSED           ErrorCode = "SANDBOX_PAUSED"
+	ErrorCodeSANDBOXUNREACHABLE      ErrorCode = "SANDBOX_UNREACHABLE"
+	ErrorCodeTIMEOUT                 ErrorCode = "TIMEOUT"
+	ErrorCodeTOOMANYEXECUTIONS       ErrorCode = "TOO_MANY_EXECUTIONS"
+	ErrorCodeUNAUTHORIZED            ErrorCode = "UNAUTHORIZED"
+	ErrorCodeUNAVAILABLE             ErrorCode = "UNAVAILABLE"
+	ErrorCodeUNKNOWNLANGUAGE         ErrorCode = "UNKNOWN_LANGUAGE"
+	ErrorCodeVAULTEXISTS             ErrorCode = "VAULT_EXISTS"
+	ErrorCodeVAULTNOTFOUND           ErrorCode = "VAULT_NOT_FOUND"
+)
+
+// Valid indicates whether the value is a known member of the ErrorCode enum.
+func (e ErrorCode) Valid() bool {
+	switch e {
+	case ErrorCodeCONFLICT:
+		return true
+	case ErrorCodeCONTEXTBUSY:
+		return true
+	case ErrorCodeCONTEXTNOTFOUND:
+		return true
+	case ErrorCodeCREDENTIALPROXYDISABLED:
+		return true
+	case ErrorCodeFILEEXISTS:
+		return true
+	case ErrorCodeFILENOTFOUND:
+		return true
+	case ErrorCodeFORBIDDEN:
+		return true
+	case ErrorCodeIMAGENOTFOUND:
+		return true
+	case ErrorCodeINTERNALERROR:
+		return true
+	case ErrorCodeINVALIDAPIKEY:
+		return true
+	case ErrorCodeINVALIDFILEMETADATA:
+		return true
+	case ErrorCodeINVALIDPATH:
+		return true
+	case ErrorCodeINVALIDRANGE:
+		return true
+	case ErrorCodeINVALIDREQUEST:
+		return true
+	case ErrorCodeINVALIDREQUESTBODY:
+		return true
+	case ErrorCodeINVALIDROUTE:
+		return true
+	case ErrorCodeINVALIDROUTETOKEN:
+		return true
+	case ErrorCodeINVALIDSTATE:
+		return true
+	case ErrorCodeMETHODNOTALLOWED:
+		return true
+	case ErrorCodeMISSINGAPIKEY:
+		return true
+	case ErrorCodeMISSINGQUERY:
+		return true
+	case ErrorCodeNOTFOUND:
+		return true
+	case ErrorCodeNOTSUPPORTED:
+		return true
+	case ErrorCodePAYLOADTOOLARGE:
+		return true
+	case ErrorCodePERMISSIONDENIED:
+		return true
+	case ErrorCodeREVISIONCONFLICT:
+		return true
+	case ErrorCodeROUTETOKENEXPIRED:
+		return true
+	case ErrorCodeRUNTIMEERROR:
+		return true
+	case ErrorCodeSANDBOXNOTFOUND:
+		return true
+	case ErrorCodeSANDBOXPAUSED:
+		return true
+	case ErrorCodeSANDBOXUNREACHABLE:
+		return true
+	case ErrorCodeTIMEOUT:
+		return true
+	case ErrorCodeTOOMANYEXECUTIONS:
+		return true
+	case ErrorCodeUNAUTHORIZED:
+		return true
+	case ErrorCodeUNAVAILABLE:
+		return true
+	case ErrorCodeUNKNOWNLANGUAGE:
+		return true
+	case ErrorCodeVAULTEXISTS:
+		return true
+	case ErrorCodeVAULTNOTFOUND:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for EventType.
 const (
 	EventTypeError             EventType = "error"
@@ -108,42 +234,6 @@ func (e HealthStatus) Valid() bool {
 	}
 }
 
-// Defines values for NetworkPolicyDefaultAction.
-const (
-	NetworkPolicyDefaultActionAllow NetworkPolicyDefaultAction = "allow"
-	NetworkPolicyDefaultActionDeny  NetworkPolicyDefaultAction = "deny"
-)
-
-// Valid indicates whether the value is a known member of the NetworkPolicyDefaultAction enum.
-func (e NetworkPolicyDefaultAction) Valid() bool {
-	switch e {
-	case NetworkPolicyDefaultActionAllow:
-		return true
-	case NetworkPolicyDefaultActionDeny:
-		return true
-	default:
-		return false
-	}
-}
-
-// Defines values for NetworkPolicyEgressAction.
-const (
-	NetworkPolicyEgressActionAllow NetworkPolicyEgressAction = "allow"
-	NetworkPolicyEgressActionDeny  NetworkPolicyEgressAction = "deny"
-)
-
-// Valid indicates whether the value is a known member of the NetworkPolicyEgressAction enum.
-func (e NetworkPolicyEgressAction) Valid() bool {
-	switch e {
-	case NetworkPolicyEgressActionAllow:
-		return true
-	case NetworkPolicyEgressActionDeny:
-		return true
-	default:
-		return false
-	}
-}
-
 // Defines values for PingStatus.
 const (
 	PingStatusOk PingStatus = "ok"
@@ -192,6 +282,78 @@ func (e PlatformOs) Valid() bool {
 	}
 }
 
+// Defines values for PolicyAction.
+const (
+	PolicyActionAllow PolicyAction = "allow"
+	PolicyActionDeny  PolicyAction = "deny"
+)
+
+// Valid indicates whether the value is a known member of the PolicyAction enum.
+func (e PolicyAction) Valid() bool {
+	switch e {
+	case PolicyActionAllow:
+		return true
+	case PolicyActionDeny:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PolicyStatusEnforcementMode.
+const (
+	PolicyStatusEnforcementModeDnsNft PolicyStatusEnforcementMode = "dns+nft"
+	PolicyStatusEnforcementModeHost   PolicyStatusEnforcementMode = "host"
+)
+
+// Valid indicates whether the value is a known member of the PolicyStatusEnforcementMode enum.
+func (e PolicyStatusEnforcementMode) Valid() bool {
+	switch e {
+	case PolicyStatusEnforcementModeDnsNft:
+		return true
+	case PolicyStatusEnforcementModeHost:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PolicyStatusMode.
+const (
+	PolicyStatusModeAllowAll  PolicyStatusMode = "allow_all"
+	PolicyStatusModeDenyAll   PolicyStatusMode = "deny_all"
+	PolicyStatusModeEnforcing PolicyStatusMode = "enforcing"
+)
+
+// Valid indicates whether the value is a known member of the PolicyStatusMode enum.
+func (e PolicyStatusMode) Valid() bool {
+	switch e {
+	case PolicyStatusModeAllowAll:
+		return true
+	case PolicyStatusModeDenyAll:
+		return true
+	case PolicyStatusModeEnforcing:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PolicyStatusStatus.
+const (
+	PolicyStatusStatusOk PolicyStatusStatus = "ok"
+)
+
+// Valid indicates whether the value is a known member of the PolicyStatusStatus enum.
+func (e PolicyStatusStatus) Valid() bool {
+	switch e {
+	case PolicyStatusStatusOk:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for SandboxState.
 const (
 	SandboxStateFailed     SandboxState = "Failed"
@@ -222,6 +384,33 @@ func (e SandboxState) Valid() bool {
 	case SandboxStateStopping:
 		return true
 	case SandboxStateTerminated:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for VaultAuthType.
+const (
+	VaultAuthTypeApiKey        VaultAuthType = "apiKey"
+	VaultAuthTypeBasic         VaultAuthType = "basic"
+	VaultAuthTypeBearer        VaultAuthType = "bearer"
+	VaultAuthTypeCustomHeaders VaultAuthType = "customHeaders"
+	VaultAuthTypePassthrough   VaultAuthType = "passthrough"
+)
+
+// Valid indicates whether the value is a known member of the VaultAuthType enum.
+func (e VaultAuthType) Valid() bool {
+	switch e {
+	case VaultAuthTypeApiKey:
+		return true
+	case VaultAuthTypeBasic:
+		return true
+	case VaultAuthTypeBearer:
+		return true
+	case VaultAuthTypeCustomHeaders:
+		return true
+	case VaultAuthTypePassthrough:
 		return true
 	default:
 		return false
@@ -362,7 +551,7 @@ type CreateSandboxRequest struct {
 	// NetworkPolicy The sandbox's egress policy (docs/egress.md). Rules are checked in order and the first whose
 	// target matches decides; otherwise `defaultAction` (unset = deny). Without a policy a sandbox
 	// is unrestricted. Changed while the sandbox runs through the egress API on the endpoint for
-	// port 18080.
+	// port 18080. At most 4096 rules.
 	NetworkPolicy NetworkPolicy `json:"networkPolicy,omitempty,omitzero"`
 	Platform      Platform      `json:"platform,omitempty,omitzero"`
 
@@ -395,6 +584,15 @@ type CredentialProxy struct {
 	Enabled bool `json:"enabled,omitempty,omitzero"`
 }
 
+// EgressRule defines model for EgressRule.
+type EgressRule struct {
+	Action PolicyAction `json:"action"`
+
+	// Target An exact name (`example.com`), a wildcard (`*.example.com`: subdomains at any depth,
+	// not the apex), an IPv4 or IPv6 address, or a CIDR. Case and a trailing dot are ignored.
+	Target string `json:"target"`
+}
+
 // Endpoint defines model for Endpoint.
 type Endpoint struct {
 	// Endpoint `host[:port][/path]`, without a scheme.
@@ -404,22 +602,100 @@ type Endpoint struct {
 	Headers map[string]string `json:"headers"`
 }
 
-// Error Every error body. Codes of the lifecycle API: `MISSING_API_KEY`, `INVALID_API_KEY`,
-// `INVALID_REQUEST`, `NOT_SUPPORTED`, `SANDBOX_NOT_FOUND`, `INVALID_STATE`,
-// `PAYLOAD_TOO_LARGE`, `UNAVAILABLE`, `NOT_FOUND` (no route), `METHOD_NOT_ALLOWED`,
-// `INTERNAL_ERROR`. Of the proxy and ingress: `INVALID_ROUTE`, `UNAUTHORIZED`,
-// `INVALID_ROUTE_TOKEN`, `ROUTE_TOKEN_EXPIRED`, `FORBIDDEN`, `SANDBOX_NOT_FOUND`,
-// `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
-// `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
-// `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `NOT_SUPPORTED`,
-// `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
-// sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
+// Error Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
+// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
+// 5xx answer never carries internal details: its message is fixed, and the details are in
+// the server's log under the request's `X-Request-ID`.
 type Error struct {
-	// Code Examples: SANDBOX_NOT_FOUND, INVALID_REQUEST_BODY
-	Code    string `json:"code"`
-	Message string `json:"message"`
+	// Code The wire codes, each with its one HTTP status:
+	//
+	// | code | status | meaning |
+	// |---|---|---|
+	// | `INVALID_REQUEST` | 400 | The request (body, parameter or query) is invalid; the message names the field. |
+	// | `INVALID_REQUEST_BODY` | 400 | execd: the JSON body is malformed or one of its fields is invalid. |
+	// | `MISSING_QUERY` | 400 | execd: a required query parameter is missing. |
+	// | `INVALID_PATH` | 400 | execd: a path is malformed or leaves the sandbox's filesystem. |
+	// | `INVALID_FILE_METADATA` | 400 | execd: an upload's `metadata` part is missing or invalid. |
+	// | `UNKNOWN_LANGUAGE` | 400 | execd: no interpreter for that language in this sandbox. |
+	// | `INVALID_ROUTE` | 400 | ingress: the `<sandbox-id>-<port>` target is malformed. |
+	// | `NOT_SUPPORTED` | 400 | The sandbox's runtime (or this server) cannot do that; the message names what can. |
+	// | `MISSING_API_KEY` | 401 | The `OPEN-SANDBOX-API-KEY` header is missing. |
+	// | `INVALID_API_KEY` | 401 | The API key is not valid. |
+	// | `UNAUTHORIZED` | 401 | No valid credential for a sandbox route (API key, sandbox token, egress token). |
+	// | `INVALID_ROUTE_TOKEN` | 401 | A signed route token is malformed or its signature is wrong. |
+	// | `ROUTE_TOKEN_EXPIRED` | 401 | A signed route token has expired. |
+	// | `FORBIDDEN` | 403 | The credential is valid but does not allow this route. |
+	// | `PERMISSION_DENIED` | 403 | execd: the filesystem refused the operation. |
+	// | `NOT_FOUND` | 404 | No such route (or, in the egress API, no such credential or binding). |
+	// | `SANDBOX_NOT_FOUND` | 404 | No sandbox with that id. |
+	// | `FILE_NOT_FOUND` | 404 | execd: no such file or directory. |
+	// | `CONTEXT_NOT_FOUND` | 404 | execd: no code context with that id. |
+	// | `IMAGE_NOT_FOUND` | 404 | No such image. |
+	// | `VAULT_NOT_FOUND` | 404 | The sandbox's credential vault has not been created. |
+	// | `METHOD_NOT_ALLOWED` | 405 | The path exists but not with that method. |
+	// | `CONFLICT` | 409 | The request conflicts with the object's current state. |
+	// | `INVALID_STATE` | 409 | The sandbox is not in a state that allows the operation (for example resume of a running sandbox). |
+	// | `SANDBOX_PAUSED` | 409 | execd: the sandbox is paused; only `/ping` answers until it is resumed. |
+	// | `CONTEXT_BUSY` | 409 | execd: the context (or session) is running another execution. |
+	// | `FILE_EXISTS` | 409 | execd: the destination exists. |
+	// | `VAULT_EXISTS` | 409 | The credential vault exists already: PATCH it, or DELETE it first. |
+	// | `REVISION_CONFLICT` | 409 | The vault's revision is not the `expectedRevision` of the patch. |
+	// | `CREDENTIAL_PROXY_DISABLED` | 409 | The sandbox was created without `credentialProxy.enabled`. |
+	// | `PAYLOAD_TOO_LARGE` | 413 | The body or an upload exceeds the server's cap. |
+	// | `INVALID_RANGE` | 416 | execd: the `Range` cannot be satisfied by the file. |
+	// | `TOO_MANY_EXECUTIONS` | 429 | Too many executions at once on this server; retry after `Retry-After` seconds. |
+	// | `INTERNAL_ERROR` | 500 | A failure inside the server; the message is fixed and the details are logged. |
+	// | `SANDBOX_UNREACHABLE` | 502 | The sandbox's port (or its execd) did not answer. |
+	// | `RUNTIME_ERROR` | 503 | execd: the sandbox's filesystem is not available. |
+	// | `UNAVAILABLE` | 503 | The runtime, the sandbox or a server part this request needs is not available now. |
+	// | `TIMEOUT` | 504 | The operation did not finish in time. |
+	Code    ErrorCode `json:"code"`
+	Message string    `json:"message"`
 }
+
+// ErrorCode The wire codes, each with its one HTTP status:
+//
+// | code | status | meaning |
+// |---|---|---|
+// | `INVALID_REQUEST` | 400 | The request (body, parameter or query) is invalid; the message names the field. |
+// | `INVALID_REQUEST_BODY` | 400 | execd: the JSON body is malformed or one of its fields is invalid. |
+// | `MISSING_QUERY` | 400 | execd: a required query parameter is missing. |
+// | `INVALID_PATH` | 400 | execd: a path is malformed or leaves the sandbox's filesystem. |
+// | `INVALID_FILE_METADATA` | 400 | execd: an upload's `metadata` part is missing or invalid. |
+// | `UNKNOWN_LANGUAGE` | 400 | execd: no interpreter for that language in this sandbox. |
+// | `INVALID_ROUTE` | 400 | ingress: the `<sandbox-id>-<port>` target is malformed. |
+// | `NOT_SUPPORTED` | 400 | The sandbox's runtime (or this server) cannot do that; the message names what can. |
+// | `MISSING_API_KEY` | 401 | The `OPEN-SANDBOX-API-KEY` header is missing. |
+// | `INVALID_API_KEY` | 401 | The API key is not valid. |
+// | `UNAUTHORIZED` | 401 | No valid credential for a sandbox route (API key, sandbox token, egress token). |
+// | `INVALID_ROUTE_TOKEN` | 401 | A signed route token is malformed or its signature is wrong. |
+// | `ROUTE_TOKEN_EXPIRED` | 401 | A signed route token has expired. |
+// | `FORBIDDEN` | 403 | The credential is valid but does not allow this route. |
+// | `PERMISSION_DENIED` | 403 | execd: the filesystem refused the operation. |
+// | `NOT_FOUND` | 404 | No such route (or, in the egress API, no such credential or binding). |
+// | `SANDBOX_NOT_FOUND` | 404 | No sandbox with that id. |
+// | `FILE_NOT_FOUND` | 404 | execd: no such file or directory. |
+// | `CONTEXT_NOT_FOUND` | 404 | execd: no code context with that id. |
+// | `IMAGE_NOT_FOUND` | 404 | No such image. |
+// | `VAULT_NOT_FOUND` | 404 | The sandbox's credential vault has not been created. |
+// | `METHOD_NOT_ALLOWED` | 405 | The path exists but not with that method. |
+// | `CONFLICT` | 409 | The request conflicts with the object's current state. |
+// | `INVALID_STATE` | 409 | The sandbox is not in a state that allows the operation (for example resume of a running sandbox). |
+// | `SANDBOX_PAUSED` | 409 | execd: the sandbox is paused; only `/ping` answers until it is resumed. |
+// | `CONTEXT_BUSY` | 409 | execd: the context (or session) is running another execution. |
+// | `FILE_EXISTS` | 409 | execd: the destination exists. |
+// | `VAULT_EXISTS` | 409 | The credential vault exists already: PATCH it, or DELETE it first. |
+// | `REVISION_CONFLICT` | 409 | The vault's revision is not the `expectedRevision` of the patch. |
+// | `CREDENTIAL_PROXY_DISABLED` | 409 | The sandbox was created without `credentialProxy.enabled`. |
+// | `PAYLOAD_TOO_LARGE` | 413 | The body or an upload exceeds the server's cap. |
+// | `INVALID_RANGE` | 416 | execd: the `Range` cannot be satisfied by the file. |
+// | `TOO_MANY_EXECUTIONS` | 429 | Too many executions at once on this server; retry after `Retry-After` seconds. |
+// | `INTERNAL_ERROR` | 500 | A failure inside the server; the message is fixed and the details are logged. |
+// | `SANDBOX_UNREACHABLE` | 502 | The sandbox's port (or its execd) did not answer. |
+// | `RUNTIME_ERROR` | 503 | execd: the sandbox's filesystem is not available. |
+// | `UNAVAILABLE` | 503 | The runtime, the sandbox or a server part this request needs is not available now. |
+// | `TIMEOUT` | 504 | The operation did not finish in time. |
+type ErrorCode string
 
 // Event One event of a command or code stream.
 type Event struct {
@@ -583,22 +859,11 @@ type MoveItem struct {
 // NetworkPolicy The sandbox's egress policy (docs/egress.md). Rules are checked in order and the first whose
 // target matches decides; otherwise `defaultAction` (unset = deny). Without a policy a sandbox
 // is unrestricted. Changed while the sandbox runs through the egress API on the endpoint for
-// port 18080.
+// port 18080. At most 4096 rules.
 type NetworkPolicy struct {
-	DefaultAction NetworkPolicyDefaultAction `json:"defaultAction,omitempty,omitzero"`
-	Egress        []struct {
-		Action NetworkPolicyEgressAction `json:"action"`
-
-		// Target An exact name, `*.wildcard` (subdomains, not the apex), an IP or a CIDR.
-		Target string `json:"target"`
-	} `json:"egress,omitempty,omitzero"`
+	DefaultAction PolicyAction `json:"defaultAction,omitempty,omitzero"`
+	Egress        []EgressRule `json:"egress,omitzero"`
 }
-
-// NetworkPolicyDefaultAction defines model for NetworkPolicy.DefaultAction.
-type NetworkPolicyDefaultAction string
-
-// NetworkPolicyEgressAction defines model for NetworkPolicy.Egress.Action.
-type NetworkPolicyEgressAction string
 
 // Pagination defines model for Pagination.
 type Pagination struct {
@@ -641,6 +906,39 @@ type PlatformArch string
 
 // PlatformOs defines model for Platform.Os.
 type PlatformOs string
+
+// PolicyAction defines model for PolicyAction.
+type PolicyAction string
+
+// PolicyStatus The answer of every `/policy` call.
+type PolicyStatus struct {
+	// EnforcementMode `dns+nft`: a container, enforced in its network namespace by the DNS proxy and the
+	// firewall; `host`: a wasm sandbox, whose requests the server makes.
+	EnforcementMode PolicyStatusEnforcementMode `json:"enforcementMode"`
+
+	// Mode `allow_all`: nothing is denied; `deny_all`: nothing is allowed; else `enforcing`.
+	Mode PolicyStatusMode `json:"mode"`
+
+	// Policy The sandbox's egress policy (docs/egress.md). Rules are checked in order and the first whose
+	// target matches decides; otherwise `defaultAction` (unset = deny). Without a policy a sandbox
+	// is unrestricted. Changed while the sandbox runs through the egress API on the endpoint for
+	// port 18080. At most 4096 rules.
+	Policy NetworkPolicy `json:"policy"`
+
+	// Reason Present when the sandbox has no policy (egress unrestricted).
+	Reason string             `json:"reason,omitempty,omitzero"`
+	Status PolicyStatusStatus `json:"status"`
+}
+
+// PolicyStatusEnforcementMode `dns+nft`: a container, enforced in its network namespace by the DNS proxy and the
+// firewall; `host`: a wasm sandbox, whose requests the server makes.
+type PolicyStatusEnforcementMode string
+
+// PolicyStatusMode `allow_all`: nothing is denied; `deny_all`: nothing is allowed; else `enforcing`.
+type PolicyStatusMode string
+
+// PolicyStatusStatus defines model for PolicyStatus.Status.
+type PolicyStatusStatus string
 
 // PtyCreated defines model for PtyCreated.
 type PtyCreated struct {
@@ -813,6 +1111,156 @@ type UploadMetadata struct {
 	Path  string   `json:"path"`
 }
 
+// VaultAuth How a bound request is authenticated: `bearer` and `basic` use `credential`; `apiKey`
+// uses `name` (the header) and `credential`; `customHeaders` uses `headers`;
+// `passthrough` none. Every type may carry `substitutions`. `credential` always names a
+// credential of the vault, never a value.
+type VaultAuth struct {
+	Credential    string              `json:"credential,omitempty,omitzero"`
+	Headers       []VaultHeaderEntry  `json:"headers,omitempty,omitzero"`
+	Name          string              `json:"name,omitempty,omitzero"`
+	Substitutions []VaultSubstitution `json:"substitutions,omitempty,omitzero"`
+	Type          VaultAuthType       `json:"type"`
+}
+
+// VaultAuthInfo defines model for VaultAuthInfo.
+type VaultAuthInfo struct {
+	// Name The header name of an `apiKey` binding.
+	Name string `json:"name,omitempty,omitzero"`
+	Type string `json:"type"`
+}
+
+// VaultAuthType defines model for VaultAuthType.
+type VaultAuthType string
+
+// VaultBinding defines model for VaultBinding.
+type VaultBinding struct {
+	// Auth How a bound request is authenticated: `bearer` and `basic` use `credential`; `apiKey`
+	// uses `name` (the header) and `credential`; `customHeaders` uses `headers`;
+	// `passthrough` none. Every type may carry `substitutions`. `credential` always names a
+	// credential of the vault, never a value.
+	Auth VaultAuth `json:"auth"`
+
+	// Match The requests a binding applies to. Empty `schemes` means `["https"]`, empty `methods`
+	// GET, POST, PUT, PATCH and DELETE, empty `paths` `["/*"]`; `ports` add ports to the
+	// scheme's own (443 or 80). A path ending in `*` is a prefix.
+	Match VaultMatch `json:"match"`
+	Name  string     `json:"name"`
+}
+
+// VaultBindingInfo defines model for VaultBindingInfo.
+type VaultBindingInfo struct {
+	Auth *VaultAuthInfo `json:"auth,omitempty"`
+
+	// Match The requests a binding applies to. Empty `schemes` means `["https"]`, empty `methods`
+	// GET, POST, PUT, PATCH and DELETE, empty `paths` `["/*"]`; `ports` add ports to the
+	// scheme's own (443 or 80). A path ending in `*` is a prefix.
+	Match    *VaultMatch `json:"match,omitempty"`
+	Name     string      `json:"name"`
+	Revision int64       `json:"revision"`
+}
+
+// VaultBindingList defines model for VaultBindingList.
+type VaultBindingList struct {
+	Bindings []VaultBindingInfo `json:"bindings"`
+	Revision int64              `json:"revision"`
+}
+
+// VaultBindingMutations defines model for VaultBindingMutations.
+type VaultBindingMutations struct {
+	Add     []VaultBinding `json:"add,omitempty,omitzero"`
+	Delete  []string       `json:"delete,omitempty,omitzero"`
+	Replace []VaultBinding `json:"replace,omitempty,omitzero"`
+}
+
+// VaultCreateRequest defines model for VaultCreateRequest.
+type VaultCreateRequest struct {
+	Bindings    []VaultBinding    `json:"bindings"`
+	Credentials []VaultCredential `json:"credentials"`
+}
+
+// VaultCredential defines model for VaultCredential.
+type VaultCredential struct {
+	Name   string                `json:"name"`
+	Source VaultCredentialSource `json:"source"`
+}
+
+// VaultCredentialInfo defines model for VaultCredentialInfo.
+type VaultCredentialInfo struct {
+	Name       string `json:"name"`
+	Revision   int64  `json:"revision"`
+	SourceType string `json:"sourceType"`
+}
+
+// VaultCredentialList defines model for VaultCredentialList.
+type VaultCredentialList struct {
+	Credentials []VaultCredentialInfo `json:"credentials"`
+	Revision    int64                 `json:"revision"`
+}
+
+// VaultCredentialMutations defines model for VaultCredentialMutations.
+type VaultCredentialMutations struct {
+	Add     []VaultCredential `json:"add,omitempty,omitzero"`
+	Delete  []string          `json:"delete,omitempty,omitzero"`
+	Replace []VaultCredential `json:"replace,omitempty,omitzero"`
+}
+
+// VaultCredentialSource defines model for VaultCredentialSource.
+type VaultCredentialSource struct {
+	// Type Where the value comes from; `inline` (the default) is the only source.
+	Type string `json:"type,omitempty,omitzero"`
+
+	// Value A credential value. Write-only; never returned, logged or printed.
+	Value VaultSecret `json:"value"`
+}
+
+// VaultHeaderEntry defines model for VaultHeaderEntry.
+type VaultHeaderEntry struct {
+	// Credential The name of a credential of the vault.
+	Credential string `json:"credential"`
+	Name       string `json:"name"`
+}
+
+// VaultMatch The requests a binding applies to. Empty `schemes` means `["https"]`, empty `methods`
+// GET, POST, PUT, PATCH and DELETE, empty `paths` `["/*"]`; `ports` add ports to the
+// scheme's own (443 or 80). A path ending in `*` is a prefix.
+type VaultMatch struct {
+	// Hosts Exact names or leftmost wildcards (`*.example.com`).
+	Hosts   []string `json:"hosts"`
+	Methods []string `json:"methods,omitempty,omitzero"`
+	Paths   []string `json:"paths,omitempty,omitzero"`
+	Ports   []int    `json:"ports,omitempty,omitzero"`
+	Schemes []string `json:"schemes,omitempty,omitzero"`
+}
+
+// VaultPatchRequest defines model for VaultPatchRequest.
+type VaultPatchRequest struct {
+	Bindings    *VaultBindingMutations    `json:"bindings,omitempty"`
+	Credentials *VaultCredentialMutations `json:"credentials,omitempty"`
+
+	// ExpectedRevision When given, the patch applies only if the vault is at this revision (409 `REVISION_CONFLICT` otherwise).
+	ExpectedRevision *int64 `json:"expectedRevision,omitempty"`
+}
+
+// VaultSecret A credential value. Write-only; never returned, logged or printed.
+type VaultSecret = Secret
+
+// VaultState A vault as the egress API shows it. Values are never returned.
+type VaultState struct {
+	Bindings    []VaultBindingInfo    `json:"bindings"`
+	Credentials []VaultCredentialInfo `json:"credentials"`
+
+	// Revision 1 when created; each successful patch adds 1.
+	Revision int64 `json:"revision"`
+}
+
+// VaultSubstitution defines model for VaultSubstitution.
+type VaultSubstitution struct {
+	Credential  string   `json:"credential"`
+	In          []string `json:"in"`
+	Placeholder string   `json:"placeholder"`
+}
+
 // Volume defines model for Volume.
 type Volume struct {
 	Host struct {
@@ -845,277 +1293,139 @@ type Port = int
 // SandboxId defines model for SandboxId.
 type SandboxId = string
 
-// BadRequest Every error body. Codes of the lifecycle API: `MISSING_API_KEY`, `INVALID_API_KEY`,
-// `INVALID_REQUEST`, `NOT_SUPPORTED`, `SANDBOX_NOT_FOUND`, `INVALID_STATE`,
-// `PAYLOAD_TOO_LARGE`, `UNAVAILABLE`, `NOT_FOUND` (no route), `METHOD_NOT_ALLOWED`,
-// `INTERNAL_ERROR`. Of the proxy and ingress: `INVALID_ROUTE`, `UNAUTHORIZED`,
-// `INVALID_ROUTE_TOKEN`, `ROUTE_TOKEN_EXPIRED`, `FORBIDDEN`, `SANDBOX_NOT_FOUND`,
-// `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
-// `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
-// `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `NOT_SUPPORTED`,
-// `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
-// sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
+// VaultName defines model for VaultName.
+type VaultName = string
+
+// BadRequest Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
+// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
+// 5xx answer never carries internal details: its message is fixed, and the details are in
+// the server's log under the request's `X-Request-ID`.
 type BadRequest = Error
 
-// ContextBusy Every error body. Codes of the lifecycle API: `MISSING_API_KEY`, `INVALID_API_KEY`,
-// `INVALID_REQUEST`, `NOT_SUPPORTED`, `SANDBOX_NOT_FOUND`, `INVALID_STATE`,
-// `PAYLOAD_TOO_LARGE`, `UNAVAILABLE`, `NOT_FOUND` (no route), `METHOD_NOT_ALLOWED`,
-// `INTERNAL_ERROR`. Of the proxy and ingress: `INVALID_ROUTE`, `UNAUTHORIZED`,
-// `INVALID_ROUTE_TOKEN`, `ROUTE_TOKEN_EXPIRED`, `FORBIDDEN`, `SANDBOX_NOT_FOUND`,
-// `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
-// `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
-// `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `NOT_SUPPORTED`,
-// `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
-// sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
+// ContextBusy Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
+// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
+// 5xx answer never carries internal details: its message is fixed, and the details are in
+// the server's log under the request's `X-Request-ID`.
 type ContextBusy = Error
 
-// ContextNotFound Every error body. Codes of the lifecycle API: `MISSING_API_KEY`, `INVALID_API_KEY`,
-// `INVALID_REQUEST`, `NOT_SUPPORTED`, `SANDBOX_NOT_FOUND`, `INVALID_STATE`,
-// `PAYLOAD_TOO_LARGE`, `UNAVAILABLE`, `NOT_FOUND` (no route), `METHOD_NOT_ALLOWED`,
-// `INTERNAL_ERROR`. Of the proxy and ingress: `INVALID_ROUTE`, `UNAUTHORIZED`,
-// `INVALID_ROUTE_TOKEN`, `ROUTE_TOKEN_EXPIRED`, `FORBIDDEN`, `SANDBOX_NOT_FOUND`,
-// `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
-// `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
-// `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `NOT_SUPPORTED`,
-// `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
-// sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
+// ContextNotFound Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
+// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
+// 5xx answer never carries internal details: its message is fixed, and the details are in
+// the server's log under the request's `X-Request-ID`.
 type ContextNotFound = Error
 
-// ExecdBadRequest Every error body. Codes of the lifecycle API: `MISSING_API_KEY`, `INVALID_API_KEY`,
-// `INVALID_REQUEST`, `NOT_SUPPORTED`, `SANDBOX_NOT_FOUND`, `INVALID_STATE`,
-// `PAYLOAD_TOO_LARGE`, `UNAVAILABLE`, `NOT_FOUND` (no route), `METHOD_NOT_ALLOWED`,
-// `INTERNAL_ERROR`. Of the proxy and ingress: `INVALID_ROUTE`, `UNAUTHORIZED`,
-// `INVALID_ROUTE_TOKEN`, `ROUTE_TOKEN_EXPIRED`, `FORBIDDEN`, `SANDBOX_NOT_FOUND`,
-// `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
-// `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
-// `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `NOT_SUPPORTED`,
-// `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
-// sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
+// EgressError Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
+// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
+// 5xx answer never carries internal details: its message is fixed, and the details are in
+// the server's log under the request's `X-Request-ID`.
+type EgressError = Error
+
+// ExecdBadRequest Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
+// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
+// 5xx answer never carries internal details: its message is fixed, and the details are in
+// the server's log under the request's `X-Request-ID`.
 type ExecdBadRequest = Error
 
-// ExecdNotFound Every error body. Codes of the lifecycle API: `MISSING_API_KEY`, `INVALID_API_KEY`,
-// `INVALID_REQUEST`, `NOT_SUPPORTED`, `SANDBOX_NOT_FOUND`, `INVALID_STATE`,
-// `PAYLOAD_TOO_LARGE`, `UNAVAILABLE`, `NOT_FOUND` (no route), `METHOD_NOT_ALLOWED`,
-// `INTERNAL_ERROR`. Of the proxy and ingress: `INVALID_ROUTE`, `UNAUTHORIZED`,
-// `INVALID_ROUTE_TOKEN`, `ROUTE_TOKEN_EXPIRED`, `FORBIDDEN`, `SANDBOX_NOT_FOUND`,
-// `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
-// `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
-// `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `NOT_SUPPORTED`,
-// `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
-// sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
+// ExecdNotFound Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
+// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
+// 5xx answer never carries internal details: its message is fixed, and the details are in
+// the server's log under the request's `X-Request-ID`.
 type ExecdNotFound = Error
 
-// ExecdNotSupported Every error body. Codes of the lifecycle API: `MISSING_API_KEY`, `INVALID_API_KEY`,
-// `INVALID_REQUEST`, `NOT_SUPPORTED`, `SANDBOX_NOT_FOUND`, `INVALID_STATE`,
-// `PAYLOAD_TOO_LARGE`, `UNAVAILABLE`, `NOT_FOUND` (no route), `METHOD_NOT_ALLOWED`,
-// `INTERNAL_ERROR`. Of the proxy and ingress: `INVALID_ROUTE`, `UNAUTHORIZED`,
-// `INVALID_ROUTE_TOKEN`, `ROUTE_TOKEN_EXPIRED`, `FORBIDDEN`, `SANDBOX_NOT_FOUND`,
-// `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
-// `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
-// `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `NOT_SUPPORTED`,
-// `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
-// sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
+// ExecdNotSupported Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
+// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
+// 5xx answer never carries internal details: its message is fixed, and the details are in
+// the server's log under the request's `X-Request-ID`.
 type ExecdNotSupported = Error
 
-// ExecdUnauthorized Every error body. Codes of the lifecycle API: `MISSING_API_KEY`, `INVALID_API_KEY`,
-// `INVALID_REQUEST`, `NOT_SUPPORTED`, `SANDBOX_NOT_FOUND`, `INVALID_STATE`,
-// `PAYLOAD_TOO_LARGE`, `UNAVAILABLE`, `NOT_FOUND` (no route), `METHOD_NOT_ALLOWED`,
-// `INTERNAL_ERROR`. Of the proxy and ingress: `INVALID_ROUTE`, `UNAUTHORIZED`,
-// `INVALID_ROUTE_TOKEN`, `ROUTE_TOKEN_EXPIRED`, `FORBIDDEN`, `SANDBOX_NOT_FOUND`,
-// `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
-// `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
-// `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `NOT_SUPPORTED`,
-// `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
-// sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
+// ExecdUnauthorized Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
+// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
+// 5xx answer never carries internal details: its message is fixed, and the details are in
+// the server's log under the request's `X-Request-ID`.
 type ExecdUnauthorized = Error
 
-// FileExists Every error body. Codes of the lifecycle API: `MISSING_API_KEY`, `INVALID_API_KEY`,
-// `INVALID_REQUEST`, `NOT_SUPPORTED`, `SANDBOX_NOT_FOUND`, `INVALID_STATE`,
-// `PAYLOAD_TOO_LARGE`, `UNAVAILABLE`, `NOT_FOUND` (no route), `METHOD_NOT_ALLOWED`,
-// `INTERNAL_ERROR`. Of the proxy and ingress: `INVALID_ROUTE`, `UNAUTHORIZED`,
-// `INVALID_ROUTE_TOKEN`, `ROUTE_TOKEN_EXPIRED`, `FORBIDDEN`, `SANDBOX_NOT_FOUND`,
-// `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
-// `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
-// `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `NOT_SUPPORTED`,
-// `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
-// sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
+// FileExists Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
+// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
+// 5xx answer never carries internal details: its message is fixed, and the details are in
+// the server's log under the request's `X-Request-ID`.
 type FileExists = Error
 
-// FileNotFound Every error body. Codes of the lifecycle API: `MISSING_API_KEY`, `INVALID_API_KEY`,
-// `INVALID_REQUEST`, `NOT_SUPPORTED`, `SANDBOX_NOT_FOUND`, `INVALID_STATE`,
-// `PAYLOAD_TOO_LARGE`, `UNAVAILABLE`, `NOT_FOUND` (no route), `METHOD_NOT_ALLOWED`,
-// `INTERNAL_ERROR`. Of the proxy and ingress: `INVALID_ROUTE`, `UNAUTHORIZED`,
-// `INVALID_ROUTE_TOKEN`, `ROUTE_TOKEN_EXPIRED`, `FORBIDDEN`, `SANDBOX_NOT_FOUND`,
-// `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
-// `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
-// `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `NOT_SUPPORTED`,
-// `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
-// sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
+// FileNotFound Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
+// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
+// 5xx answer never carries internal details: its message is fixed, and the details are in
+// the server's log under the request's `X-Request-ID`.
 type FileNotFound = Error
 
-// ImagesNotEnabled Every error body. Codes of the lifecycle API: `MISSING_API_KEY`, `INVALID_API_KEY`,
-// `INVALID_REQUEST`, `NOT_SUPPORTED`, `SANDBOX_NOT_FOUND`, `INVALID_STATE`,
-// `PAYLOAD_TOO_LARGE`, `UNAVAILABLE`, `NOT_FOUND` (no route), `METHOD_NOT_ALLOWED`,
-// `INTERNAL_ERROR`. Of the proxy and ingress: `INVALID_ROUTE`, `UNAUTHORIZED`,
-// `INVALID_ROUTE_TOKEN`, `ROUTE_TOKEN_EXPIRED`, `FORBIDDEN`, `SANDBOX_NOT_FOUND`,
-// `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
-// `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
-// `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `NOT_SUPPORTED`,
-// `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
-// sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
+// ImagesNotEnabled Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
+// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
+// 5xx answer never carries internal details: its message is fixed, and the details are in
+// the server's log under the request's `X-Request-ID`.
 type ImagesNotEnabled = Error
 
-// InternalError Every error body. Codes of the lifecycle API: `MISSING_API_KEY`, `INVALID_API_KEY`,
-// `INVALID_REQUEST`, `NOT_SUPPORTED`, `SANDBOX_NOT_FOUND`, `INVALID_STATE`,
-// `PAYLOAD_TOO_LARGE`, `UNAVAILABLE`, `NOT_FOUND` (no route), `METHOD_NOT_ALLOWED`,
-// `INTERNAL_ERROR`. Of the proxy and ingress: `INVALID_ROUTE`, `UNAUTHORIZED`,
-// `INVALID_ROUTE_TOKEN`, `ROUTE_TOKEN_EXPIRED`, `FORBIDDEN`, `SANDBOX_NOT_FOUND`,
-// `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
-// `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
-// `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `NOT_SUPPORTED`,
-// `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
-// sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
+// InternalError Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
+// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
+// 5xx answer never carries internal details: its message is fixed, and the details are in
+// the server's log under the request's `X-Request-ID`.
 type InternalError = Error
 
-// InvalidRange Every error body. Codes of the lifecycle API: `MISSING_API_KEY`, `INVALID_API_KEY`,
-// `INVALID_REQUEST`, `NOT_SUPPORTED`, `SANDBOX_NOT_FOUND`, `INVALID_STATE`,
-// `PAYLOAD_TOO_LARGE`, `UNAVAILABLE`, `NOT_FOUND` (no route), `METHOD_NOT_ALLOWED`,
-// `INTERNAL_ERROR`. Of the proxy and ingress: `INVALID_ROUTE`, `UNAUTHORIZED`,
-// `INVALID_ROUTE_TOKEN`, `ROUTE_TOKEN_EXPIRED`, `FORBIDDEN`, `SANDBOX_NOT_FOUND`,
-// `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
-// `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
-// `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `NOT_SUPPORTED`,
-// `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
-// sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
+// InvalidRange Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
+// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
+// 5xx answer never carries internal details: its message is fixed, and the details are in
+// the server's log under the request's `X-Request-ID`.
 type InvalidRange = Error
 
-// InvalidState Every error body. Codes of the lifecycle API: `MISSING_API_KEY`, `INVALID_API_KEY`,
-// `INVALID_REQUEST`, `NOT_SUPPORTED`, `SANDBOX_NOT_FOUND`, `INVALID_STATE`,
-// `PAYLOAD_TOO_LARGE`, `UNAVAILABLE`, `NOT_FOUND` (no route), `METHOD_NOT_ALLOWED`,
-// `INTERNAL_ERROR`. Of the proxy and ingress: `INVALID_ROUTE`, `UNAUTHORIZED`,
-// `INVALID_ROUTE_TOKEN`, `ROUTE_TOKEN_EXPIRED`, `FORBIDDEN`, `SANDBOX_NOT_FOUND`,
-// `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
-// `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
-// `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `NOT_SUPPORTED`,
-// `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
-// sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
+// InvalidState Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
+// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
+// 5xx answer never carries internal details: its message is fixed, and the details are in
+// the server's log under the request's `X-Request-ID`.
 type InvalidState = Error
 
-// PayloadTooLarge Every error body. Codes of the lifecycle API: `MISSING_API_KEY`, `INVALID_API_KEY`,
-// `INVALID_REQUEST`, `NOT_SUPPORTED`, `SANDBOX_NOT_FOUND`, `INVALID_STATE`,
-// `PAYLOAD_TOO_LARGE`, `UNAVAILABLE`, `NOT_FOUND` (no route), `METHOD_NOT_ALLOWED`,
-// `INTERNAL_ERROR`. Of the proxy and ingress: `INVALID_ROUTE`, `UNAUTHORIZED`,
-// `INVALID_ROUTE_TOKEN`, `ROUTE_TOKEN_EXPIRED`, `FORBIDDEN`, `SANDBOX_NOT_FOUND`,
-// `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
-// `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
-// `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `NOT_SUPPORTED`,
-// `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
-// sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
+// PayloadTooLarge Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
+// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
+// 5xx answer never carries internal details: its message is fixed, and the details are in
+// the server's log under the request's `X-Request-ID`.
 type PayloadTooLarge = Error
 
-// PermissionDenied Every error body. Codes of the lifecycle API: `MISSING_API_KEY`, `INVALID_API_KEY`,
-// `INVALID_REQUEST`, `NOT_SUPPORTED`, `SANDBOX_NOT_FOUND`, `INVALID_STATE`,
-// `PAYLOAD_TOO_LARGE`, `UNAVAILABLE`, `NOT_FOUND` (no route), `METHOD_NOT_ALLOWED`,
-// `INTERNAL_ERROR`. Of the proxy and ingress: `INVALID_ROUTE`, `UNAUTHORIZED`,
-// `INVALID_ROUTE_TOKEN`, `ROUTE_TOKEN_EXPIRED`, `FORBIDDEN`, `SANDBOX_NOT_FOUND`,
-// `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
-// `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
-// `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `NOT_SUPPORTED`,
-// `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
-// sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
+// PermissionDenied Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
+// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
+// 5xx answer never carries internal details: its message is fixed, and the details are in
+// the server's log under the request's `X-Request-ID`.
 type PermissionDenied = Error
 
-// ProxyUnauthorized Every error body. Codes of the lifecycle API: `MISSING_API_KEY`, `INVALID_API_KEY`,
-// `INVALID_REQUEST`, `NOT_SUPPORTED`, `SANDBOX_NOT_FOUND`, `INVALID_STATE`,
-// `PAYLOAD_TOO_LARGE`, `UNAVAILABLE`, `NOT_FOUND` (no route), `METHOD_NOT_ALLOWED`,
-// `INTERNAL_ERROR`. Of the proxy and ingress: `INVALID_ROUTE`, `UNAUTHORIZED`,
-// `INVALID_ROUTE_TOKEN`, `ROUTE_TOKEN_EXPIRED`, `FORBIDDEN`, `SANDBOX_NOT_FOUND`,
-// `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
-// `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
-// `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `NOT_SUPPORTED`,
-// `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
-// sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
+// ProxyUnauthorized Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
+// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
+// 5xx answer never carries internal details: its message is fixed, and the details are in
+// the server's log under the request's `X-Request-ID`.
 type ProxyUnauthorized = Error
 
-// SandboxNotFound Every error body. Codes of the lifecycle API: `MISSING_API_KEY`, `INVALID_API_KEY`,
-// `INVALID_REQUEST`, `NOT_SUPPORTED`, `SANDBOX_NOT_FOUND`, `INVALID_STATE`,
-// `PAYLOAD_TOO_LARGE`, `UNAVAILABLE`, `NOT_FOUND` (no route), `METHOD_NOT_ALLOWED`,
-// `INTERNAL_ERROR`. Of the proxy and ingress: `INVALID_ROUTE`, `UNAUTHORIZED`,
-// `INVALID_ROUTE_TOKEN`, `ROUTE_TOKEN_EXPIRED`, `FORBIDDEN`, `SANDBOX_NOT_FOUND`,
-// `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
-// `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
-// `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `NOT_SUPPORTED`,
-// `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
-// sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
+// SandboxNotFound Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
+// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
+// 5xx answer never carries internal details: its message is fixed, and the details are in
+// the server's log under the request's `X-Request-ID`.
 type SandboxNotFound = Error
 
-// SandboxUnreachable Every error body. Codes of the lifecycle API: `MISSING_API_KEY`, `INVALID_API_KEY`,
-// `INVALID_REQUEST`, `NOT_SUPPORTED`, `SANDBOX_NOT_FOUND`, `INVALID_STATE`,
-// `PAYLOAD_TOO_LARGE`, `UNAVAILABLE`, `NOT_FOUND` (no route), `METHOD_NOT_ALLOWED`,
-// `INTERNAL_ERROR`. Of the proxy and ingress: `INVALID_ROUTE`, `UNAUTHORIZED`,
-// `INVALID_ROUTE_TOKEN`, `ROUTE_TOKEN_EXPIRED`, `FORBIDDEN`, `SANDBOX_NOT_FOUND`,
-// `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
-// `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
-// `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `NOT_SUPPORTED`,
-// `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
-// sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
+// SandboxUnreachable Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
+// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
+// 5xx answer never carries internal details: its message is fixed, and the details are in
+// the server's log under the request's `X-Request-ID`.
 type SandboxUnreachable = Error
 
-// TooManyExecutions Every error body. Codes of the lifecycle API: `MISSING_API_KEY`, `INVALID_API_KEY`,
-// `INVALID_REQUEST`, `NOT_SUPPORTED`, `SANDBOX_NOT_FOUND`, `INVALID_STATE`,
-// `PAYLOAD_TOO_LARGE`, `UNAVAILABLE`, `NOT_FOUND` (no route), `METHOD_NOT_ALLOWED`,
-// `INTERNAL_ERROR`. Of the proxy and ingress: `INVALID_ROUTE`, `UNAUTHORIZED`,
-// `INVALID_ROUTE_TOKEN`, `ROUTE_TOKEN_EXPIRED`, `FORBIDDEN`, `SANDBOX_NOT_FOUND`,
-// `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
-// `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
-// `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `NOT_SUPPORTED`,
-// `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
-// sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
+// TooManyExecutions Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
+// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
+// 5xx answer never carries internal details: its message is fixed, and the details are in
+// the server's log under the request's `X-Request-ID`.
 type TooManyExecutions = Error
 
-// Unauthorized Every error body. Codes of the lifecycle API: `MISSING_API_KEY`, `INVALID_API_KEY`,
-// `INVALID_REQUEST`, `NOT_SUPPORTED`, `SANDBOX_NOT_FOUND`, `INVALID_STATE`,
-// `PAYLOAD_TOO_LARGE`, `UNAVAILABLE`, `NOT_FOUND` (no route), `METHOD_NOT_ALLOWED`,
-// `INTERNAL_ERROR`. Of the proxy and ingress: `INVALID_ROUTE`, `UNAUTHORIZED`,
-// `INVALID_ROUTE_TOKEN`, `ROUTE_TOKEN_EXPIRED`, `FORBIDDEN`, `SANDBOX_NOT_FOUND`,
-// `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
-// `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
-// `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `NOT_SUPPORTED`,
-// `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
-// sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
+// Unauthorized Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
+// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
+// 5xx answer never carries internal details: its message is fixed, and the details are in
+// the server's log under the request's `X-Request-ID`.
 type Unauthorized = Error
 
-// Unavailable Every error body. Codes of the lifecycle API: `MISSING_API_KEY`, `INVALID_API_KEY`,
-// `INVALID_REQUEST`, `NOT_SUPPORTED`, `SANDBOX_NOT_FOUND`, `INVALID_STATE`,
-// `PAYLOAD_TOO_LARGE`, `UNAVAILABLE`, `NOT_FOUND` (no route), `METHOD_NOT_ALLOWED`,
-// `INTERNAL_ERROR`. Of the proxy and ingress: `INVALID_ROUTE`, `UNAUTHORIZED`,
-// `INVALID_ROUTE_TOKEN`, `ROUTE_TOKEN_EXPIRED`, `FORBIDDEN`, `SANDBOX_NOT_FOUND`,
-// `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
-// `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
-// `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `NOT_SUPPORTED`,
-// `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
-// sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
+// Unavailable Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
+// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
+// 5xx answer never carries internal details: its message is fixed, and the details are in
+// the server's log under the request's `X-Request-ID`.
 type Unavailable = Error
 
 // ExecdInterruptCodeParams defines parameters for ExecdInterruptCode.
@@ -1231,6 +1541,12 @@ type ExecdUploadFilesMultipartBody struct {
 // PostMetricsEventJSONBody defines parameters for PostMetricsEvent.
 type PostMetricsEventJSONBody = map[string]interface{}
 
+// EgressRemoveRulesJSONBody defines parameters for EgressRemoveRules.
+type EgressRemoveRulesJSONBody = []string
+
+// EgressPatchPolicyJSONBody defines parameters for EgressPatchPolicy.
+type EgressPatchPolicyJSONBody = []EgressRule
+
 // ExecdAttachPtyParams defines parameters for ExecdAttachPty.
 type ExecdAttachPtyParams struct {
 	Upgrade ExecdAttachPtyParamsUpgrade `json:"Upgrade"`
@@ -1278,6 +1594,15 @@ type ExecdCreateContextJSONRequestBody = CodeContextRequest
 // ExecdRunCommandJSONRequestBody defines body for ExecdRunCommand for application/json ContentType.
 type ExecdRunCommandJSONRequestBody = CommandRequest
 
+// EgressPatchVaultJSONRequestBody defines body for EgressPatchVault for application/json ContentType.
+type EgressPatchVaultJSONRequestBody = VaultPatchRequest
+
+// EgressCreateVaultJSONRequestBody defines body for EgressCreateVault for application/json ContentType.
+type EgressCreateVaultJSONRequestBody = VaultCreateRequest
+
+// EgressReplaceVaultJSONRequestBody defines body for EgressReplaceVault for application/json ContentType.
+type EgressReplaceVaultJSONRequestBody = VaultCreateRequest
+
 // ExecdMakeDirectoriesJSONRequestBody defines body for ExecdMakeDirectories for application/json ContentType.
 type ExecdMakeDirectoriesJSONRequestBody ExecdMakeDirectoriesJSONBody
 
@@ -1298,6 +1623,18 @@ type PullImageJSONRequestBody = PullImageRequest
 
 // PostMetricsEventJSONRequestBody defines body for PostMetricsEvent for application/json ContentType.
 type PostMetricsEventJSONRequestBody = PostMetricsEventJSONBody
+
+// EgressRemoveRulesJSONRequestBody defines body for EgressRemoveRules for application/json ContentType.
+type EgressRemoveRulesJSONRequestBody = EgressRemoveRulesJSONBody
+
+// EgressPatchPolicyJSONRequestBody defines body for EgressPatchPolicy for application/json ContentType.
+type EgressPatchPolicyJSONRequestBody = EgressPatchPolicyJSONBody
+
+// EgressSetPolicyJSONRequestBody defines body for EgressSetPolicy for application/json ContentType.
+type EgressSetPolicyJSONRequestBody = NetworkPolicy
+
+// EgressReplacePolicyJSONRequestBody defines body for EgressReplacePolicy for application/json ContentType.
+type EgressReplacePolicyJSONRequestBody = NetworkPolicy
 
 // ExecdCreatePtyJSONRequestBody defines body for ExecdCreatePty for application/json ContentType.
 type ExecdCreatePtyJSONRequestBody = PtyRequest
