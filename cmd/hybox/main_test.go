@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hybox-dev/hybox/server/servertest"
 	"github.com/hybox-dev/hybox/cmd/hybox/internal/cli"
+	"github.com/hybox-dev/hybox/server/servertest"
 )
 
 // runCLI runs the binary's full command tree (client commands and serve)

@@ -11,22 +11,35 @@ import (
 // endpoint of EgressPort returns it among its headers.
 const EgressAuthHeader = "OPENSANDBOX-EGRESS-AUTH"
 
-// EgressRule is one rule of a network policy: an action (allow or deny)
-// for a target (an exact name, "*.example.com", an IP or a CIDR). It is the
-// element type of api.NetworkPolicy.Egress.
-type EgressRule = struct {
-	Action api.NetworkPolicyEgressAction `json:"action"`
-	Target string                        `json:"target"`
-}
-
-// Allow returns the rule allowing target.
-func Allow(target string) EgressRule {
-	return EgressRule{Action: api.NetworkPolicyEgressActionAllow, Target: target}
+// Allow returns the rule allowing target (an exact name, "*.example.com",
+// an IP or a CIDR).
+func Allow(target string) api.EgressRule {
+	return api.EgressRule{Action: api.PolicyActionAllow, Target: target}
 }
 
 // Deny returns the rule denying target.
-func Deny(target string) EgressRule {
-	return EgressRule{Action: api.NetworkPolicyEgressActionDeny, Target: target}
+func Deny(target string) api.EgressRule {
+	return api.EgressRule{Action: api.PolicyActionDeny, Target: target}
+}
+
+// Inline returns the credential name with an inline value. The value
+// prints, logs and marshals as "[REDACTED]"; the SDK puts it on the wire
+// only in the request that sends it.
+func Inline(name, value string) api.VaultCredential {
+	return api.VaultCredential{Name: name, Source: api.VaultCredentialSource{Type: "inline", Value: api.NewSecret(value)}}
+}
+
+// forWire returns copies of creds whose values marshal as themselves.
+func forWire(creds []api.VaultCredential) []api.VaultCredential {
+	if creds == nil {
+		return nil
+	}
+	out := make([]api.VaultCredential, len(creds))
+	for i, c := range creds {
+		c.Source.Value = c.Source.Value.ForWire()
+		out[i] = c
+	}
+	return out
 }
 
 func (s *Sandbox) egressCall(ctx context.Context, r request, out any) error {
@@ -37,8 +50,8 @@ func (s *Sandbox) egressCall(ctx context.Context, r request, out any) error {
 	return t.call(ctx, r, out)
 }
 
-func (s *Sandbox) policyCall(ctx context.Context, method string, body any) (PolicyStatus, error) {
-	var st PolicyStatus
+func (s *Sandbox) policyCall(ctx context.Context, method string, body any) (api.PolicyStatus, error) {
+	var st api.PolicyStatus
 	err := s.egressCall(ctx, request{method: method, path: "/policy", body: body}, &st)
 	return st, err
 }
@@ -49,7 +62,7 @@ func (s *Sandbox) policyCall(ctx context.Context, method string, body any) (Poli
 // # Errors
 // An *APIError (ErrNotFound for an unknown sandbox, ErrConflict for one
 // that is not running), or a transport error.
-func (s *Sandbox) EgressPolicy(ctx context.Context) (PolicyStatus, error) {
+func (s *Sandbox) EgressPolicy(ctx context.Context) (api.PolicyStatus, error) {
 	return s.policyCall(ctx, http.MethodGet, nil)
 }
 
@@ -59,9 +72,9 @@ func (s *Sandbox) EgressPolicy(ctx context.Context) (PolicyStatus, error) {
 // # Errors
 // An *APIError (ErrInvalid for a bad target or action), or a transport
 // error.
-func (s *Sandbox) SetEgressPolicy(ctx context.Context, p api.NetworkPolicy) (PolicyStatus, error) {
+func (s *Sandbox) SetEgressPolicy(ctx context.Context, p api.NetworkPolicy) (api.PolicyStatus, error) {
 	if p.Egress == nil {
-		p.Egress = []EgressRule{}
+		p.Egress = []api.EgressRule{}
 	}
 	return s.policyCall(ctx, http.MethodPut, p)
 }
@@ -73,9 +86,9 @@ func (s *Sandbox) SetEgressPolicy(ctx context.Context, p api.NetworkPolicy) (Pol
 // # Errors
 // An *APIError (ErrInvalid for a bad target or action), or a transport
 // error.
-func (s *Sandbox) PatchEgressRules(ctx context.Context, rules ...EgressRule) (PolicyStatus, error) {
+func (s *Sandbox) PatchEgressRules(ctx context.Context, rules ...api.EgressRule) (api.PolicyStatus, error) {
 	if rules == nil {
-		rules = []EgressRule{}
+		rules = []api.EgressRule{}
 	}
 	return s.policyCall(ctx, http.MethodPatch, rules)
 }
@@ -85,7 +98,7 @@ func (s *Sandbox) PatchEgressRules(ctx context.Context, rules ...EgressRule) (Po
 //
 // # Errors
 // An *APIError or a transport error.
-func (s *Sandbox) RemoveEgressRules(ctx context.Context, targets ...string) (PolicyStatus, error) {
+func (s *Sandbox) RemoveEgressRules(ctx context.Context, targets ...string) (api.PolicyStatus, error) {
 	if targets == nil {
 		targets = []string{}
 	}
@@ -105,14 +118,15 @@ func (s *Sandbox) vaultCall(ctx context.Context, method, path string, body, out 
 // An *APIError: ErrInvalid for invalid input (such as a binding host the
 // policy denies), ErrConflict when the vault exists or the sandbox has no
 // credential proxy; or a transport error.
-func (s *Sandbox) CreateVault(ctx context.Context, req VaultRequest) (VaultState, error) {
+func (s *Sandbox) CreateVault(ctx context.Context, req api.VaultCreateRequest) (api.VaultState, error) {
+	req.Credentials = forWire(req.Credentials)
 	if req.Credentials == nil {
-		req.Credentials = []VaultCredential{}
+		req.Credentials = []api.VaultCredential{}
 	}
 	if req.Bindings == nil {
-		req.Bindings = []VaultBinding{}
+		req.Bindings = []api.VaultBinding{}
 	}
-	var st VaultState
+	var st api.VaultState
 	err := s.vaultCall(ctx, http.MethodPost, "", req, &st)
 	return st, err
 }
@@ -122,8 +136,8 @@ func (s *Sandbox) CreateVault(ctx context.Context, req VaultRequest) (VaultState
 // # Errors
 // An *APIError matching ErrNotFound when no vault was created, or a
 // transport error.
-func (s *Sandbox) Vault(ctx context.Context) (VaultState, error) {
-	var st VaultState
+func (s *Sandbox) Vault(ctx context.Context) (api.VaultState, error) {
+	var st api.VaultState
 	err := s.vaultCall(ctx, http.MethodGet, "", nil, &st)
 	return st, err
 }
@@ -133,8 +147,11 @@ func (s *Sandbox) Vault(ctx context.Context) (VaultState, error) {
 // # Errors
 // An *APIError: ErrInvalid for invalid input, ErrNotFound without a vault,
 // ErrConflict for a stale ExpectedRevision; or a transport error.
-func (s *Sandbox) PatchVault(ctx context.Context, req VaultPatch) (VaultState, error) {
-	var st VaultState
+func (s *Sandbox) PatchVault(ctx context.Context, req api.VaultPatchRequest) (api.VaultState, error) {
+	if c := req.Credentials; c != nil {
+		req.Credentials = &api.VaultCredentialMutations{Add: forWire(c.Add), Replace: forWire(c.Replace), Delete: c.Delete}
+	}
+	var st api.VaultState
 	err := s.vaultCall(ctx, http.MethodPatch, "", req, &st)
 	return st, err
 }
@@ -153,8 +170,8 @@ func (s *Sandbox) DeleteVault(ctx context.Context) error {
 // # Errors
 // An *APIError matching ErrNotFound when there is no vault, or a
 // transport error.
-func (s *Sandbox) VaultCredentials(ctx context.Context) (CredentialList, error) {
-	var l CredentialList
+func (s *Sandbox) VaultCredentials(ctx context.Context) (api.VaultCredentialList, error) {
+	var l api.VaultCredentialList
 	err := s.vaultCall(ctx, http.MethodGet, "/credentials", nil, &l)
 	return l, err
 }
@@ -164,8 +181,8 @@ func (s *Sandbox) VaultCredentials(ctx context.Context) (CredentialList, error) 
 // # Errors
 // An *APIError matching ErrNotFound for an unknown name, or a transport
 // error.
-func (s *Sandbox) VaultCredential(ctx context.Context, name string) (CredentialInfo, error) {
-	var ci CredentialInfo
+func (s *Sandbox) VaultCredential(ctx context.Context, name string) (api.VaultCredentialInfo, error) {
+	var ci api.VaultCredentialInfo
 	err := s.vaultCall(ctx, http.MethodGet, "/credentials/"+pathEscape(name), nil, &ci)
 	return ci, err
 }
@@ -175,8 +192,8 @@ func (s *Sandbox) VaultCredential(ctx context.Context, name string) (CredentialI
 // # Errors
 // An *APIError matching ErrNotFound when there is no vault, or a
 // transport error.
-func (s *Sandbox) VaultBindings(ctx context.Context) (BindingList, error) {
-	var l BindingList
+func (s *Sandbox) VaultBindings(ctx context.Context) (api.VaultBindingList, error) {
+	var l api.VaultBindingList
 	err := s.vaultCall(ctx, http.MethodGet, "/bindings", nil, &l)
 	return l, err
 }
@@ -186,8 +203,8 @@ func (s *Sandbox) VaultBindings(ctx context.Context) (BindingList, error) {
 // # Errors
 // An *APIError matching ErrNotFound for an unknown name, or a transport
 // error.
-func (s *Sandbox) VaultBinding(ctx context.Context, name string) (BindingInfo, error) {
-	var bi BindingInfo
+func (s *Sandbox) VaultBinding(ctx context.Context, name string) (api.VaultBindingInfo, error) {
+	var bi api.VaultBindingInfo
 	err := s.vaultCall(ctx, http.MethodGet, "/bindings/"+pathEscape(name), nil, &bi)
 	return bi, err
 }

@@ -16,8 +16,8 @@ func TestEgressPolicy(t *testing.T) {
 	c := newClient(t, server(t))
 	ctx := ctxFor(t, time.Minute)
 	sb := newSandbox(t, c, api.CreateSandboxRequest{NetworkPolicy: api.NetworkPolicy{
-		DefaultAction: api.NetworkPolicyDefaultActionDeny,
-		Egress:        []hybox.EgressRule{hybox.Allow("example.com")},
+		DefaultAction: api.PolicyActionDeny,
+		Egress:        []api.EgressRule{hybox.Allow("example.com")},
 	}})
 	if _, err := sb.WaitRunning(ctx, 0); err != nil {
 		t.Fatal(err)
@@ -26,11 +26,11 @@ func TestEgressPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatalf("get: %v", err)
 	}
-	if st.Mode != hybox.ModeEnforcing || targets(st) != "allow example.com" {
+	if st.Mode != api.PolicyStatusModeEnforcing || targets(st) != "allow example.com" {
 		t.Fatalf("policy %+v", st)
 	}
-	st, err = sb.SetEgressPolicy(ctx, api.NetworkPolicy{DefaultAction: api.NetworkPolicyDefaultActionDeny,
-		Egress: []hybox.EgressRule{hybox.Allow("*.example.org"), hybox.Deny("10.0.0.0/8")}})
+	st, err = sb.SetEgressPolicy(ctx, api.NetworkPolicy{DefaultAction: api.PolicyActionDeny,
+		Egress: []api.EgressRule{hybox.Allow("*.example.org"), hybox.Deny("10.0.0.0/8")}})
 	if err != nil || targets(st) != "allow *.example.org, deny 10.0.0.0/8" {
 		t.Fatalf("set: %v %+v", err, st)
 	}
@@ -42,16 +42,16 @@ func TestEgressPolicy(t *testing.T) {
 	if err != nil || targets(st) != "allow api.example.net, allow *.example.org" {
 		t.Fatalf("remove: %v %s", err, targets(st))
 	}
-	if _, err := sb.PatchEgressRules(ctx, hybox.EgressRule{Action: "maybe", Target: "x.com"}); !errors.Is(err, hybox.ErrInvalid) {
+	if _, err := sb.PatchEgressRules(ctx, api.EgressRule{Action: "maybe", Target: "x.com"}); !errors.Is(err, hybox.ErrInvalid) {
 		t.Errorf("patch with a bad action: %v, want ErrInvalid", err)
 	}
-	st, err = sb.SetEgressPolicy(ctx, api.NetworkPolicy{DefaultAction: api.NetworkPolicyDefaultActionDeny})
-	if err != nil || st.Mode != hybox.ModeDenyAll {
+	st, err = sb.SetEgressPolicy(ctx, api.NetworkPolicy{DefaultAction: api.PolicyActionDeny})
+	if err != nil || st.Mode != api.PolicyStatusModeDenyAll {
 		t.Fatalf("deny all: %v %+v", err, st)
 	}
 }
 
-func targets(st hybox.PolicyStatus) string {
+func targets(st api.PolicyStatus) string {
 	var parts []string
 	for _, r := range st.Policy.Egress {
 		parts = append(parts, fmt.Sprintf("%s %s", r.Action, r.Target))
@@ -64,8 +64,8 @@ func TestCredentialVault(t *testing.T) {
 	ctx := ctxFor(t, time.Minute)
 	sb := newSandbox(t, c, api.CreateSandboxRequest{
 		CredentialProxy: api.CredentialProxy{Enabled: true},
-		NetworkPolicy: api.NetworkPolicy{DefaultAction: api.NetworkPolicyDefaultActionDeny,
-			Egress: []hybox.EgressRule{hybox.Allow("api.example.com"), hybox.Allow("uploads.example.com")}},
+		NetworkPolicy: api.NetworkPolicy{DefaultAction: api.PolicyActionDeny,
+			Egress: []api.EgressRule{hybox.Allow("api.example.com"), hybox.Allow("uploads.example.com")}},
 	})
 	if _, err := sb.WaitRunning(ctx, 0); err != nil {
 		t.Fatal(err)
@@ -74,10 +74,10 @@ func TestCredentialVault(t *testing.T) {
 		t.Fatalf("vault before create: %v, want ErrNotFound", err)
 	}
 	const secret = "sk-live-0123456789abcdef"
-	st, err := sb.CreateVault(ctx, hybox.VaultRequest{
-		Credentials: []hybox.VaultCredential{hybox.Inline("token", secret)},
-		Bindings: []hybox.VaultBinding{{Name: "api", Match: hybox.BindingMatch{Hosts: []string{"api.example.com"}},
-			Auth: hybox.BindingAuth{Type: hybox.AuthBearer, Credential: "token"}}},
+	st, err := sb.CreateVault(ctx, api.VaultCreateRequest{
+		Credentials: []api.VaultCredential{hybox.Inline("token", secret)},
+		Bindings: []api.VaultBinding{{Name: "api", Match: api.VaultMatch{Hosts: []string{"api.example.com"}},
+			Auth: api.VaultAuth{Type: api.VaultAuthTypeBearer, Credential: "token"}}},
 	})
 	if err != nil {
 		t.Fatalf("create: %v", err)
@@ -85,7 +85,7 @@ func TestCredentialVault(t *testing.T) {
 	if len(st.Credentials) != 1 || st.Credentials[0].Name != "token" || len(st.Bindings) != 1 {
 		t.Fatalf("state %+v", st)
 	}
-	if _, err := sb.CreateVault(ctx, hybox.VaultRequest{}); !errors.Is(err, hybox.ErrConflict) {
+	if _, err := sb.CreateVault(ctx, api.VaultCreateRequest{}); !errors.Is(err, hybox.ErrConflict) {
 		t.Errorf("second create: %v, want ErrConflict", err)
 	}
 	got, err := sb.Vault(ctx)
@@ -103,7 +103,7 @@ func TestCredentialVault(t *testing.T) {
 		t.Fatalf("credentials: %v %+v", err, creds)
 	}
 	cred, err := sb.VaultCredential(ctx, "token")
-	if err != nil || cred.SourceType != hybox.CredentialSourceInline {
+	if err != nil || cred.SourceType != "inline" {
 		t.Fatalf("credential: %v %+v", err, cred)
 	}
 	binds, err := sb.VaultBindings(ctx)
@@ -111,7 +111,7 @@ func TestCredentialVault(t *testing.T) {
 		t.Fatalf("bindings: %v %+v", err, binds)
 	}
 	bind, err := sb.VaultBinding(ctx, "api")
-	if err != nil || bind.Auth == nil || bind.Auth.Type != hybox.AuthBearer || bind.Match == nil || bind.Match.Hosts[0] != "api.example.com" {
+	if err != nil || bind.Auth == nil || bind.Auth.Type != string(api.VaultAuthTypeBearer) || bind.Match == nil || bind.Match.Hosts[0] != "api.example.com" {
 		t.Fatalf("binding: %v %+v", err, bind)
 	}
 	if _, err := sb.VaultBinding(ctx, "nope"); !errors.Is(err, hybox.ErrNotFound) {
@@ -119,20 +119,20 @@ func TestCredentialVault(t *testing.T) {
 	}
 
 	rev := got.Revision
-	patched, err := sb.PatchVault(ctx, hybox.VaultPatch{ExpectedRevision: &rev,
-		Credentials: &hybox.CredentialChanges{Add: []hybox.VaultCredential{hybox.Inline("key2", "v2")}},
-		Bindings: &hybox.BindingChanges{Add: []hybox.VaultBinding{{Name: "uploads", Match: hybox.BindingMatch{Hosts: []string{"uploads.example.com"}},
-			Auth: hybox.BindingAuth{Type: hybox.AuthAPIKey, Name: "X-Api-Key", Credential: "key2"}}}},
+	patched, err := sb.PatchVault(ctx, api.VaultPatchRequest{ExpectedRevision: &rev,
+		Credentials: &api.VaultCredentialMutations{Add: []api.VaultCredential{hybox.Inline("key2", "v2")}},
+		Bindings: &api.VaultBindingMutations{Add: []api.VaultBinding{{Name: "uploads", Match: api.VaultMatch{Hosts: []string{"uploads.example.com"}},
+			Auth: api.VaultAuth{Type: api.VaultAuthTypeApiKey, Name: "X-Api-Key", Credential: "key2"}}}},
 	})
 	if err != nil || patched.Revision <= rev || len(patched.Credentials) != 2 || len(patched.Bindings) != 2 {
 		t.Fatalf("patch: %v %+v", err, patched)
 	}
-	if _, err := sb.PatchVault(ctx, hybox.VaultPatch{ExpectedRevision: &rev,
-		Credentials: &hybox.CredentialChanges{Delete: []string{"key2"}}}); !errors.Is(err, hybox.ErrConflict) {
+	if _, err := sb.PatchVault(ctx, api.VaultPatchRequest{ExpectedRevision: &rev,
+		Credentials: &api.VaultCredentialMutations{Delete: []string{"key2"}}}); !errors.Is(err, hybox.ErrConflict) {
 		t.Errorf("patch at a stale revision: %v, want ErrConflict", err)
 	}
-	if _, err := sb.PatchVault(ctx, hybox.VaultPatch{Bindings: &hybox.BindingChanges{Add: []hybox.VaultBinding{{Name: "denied",
-		Match: hybox.BindingMatch{Hosts: []string{"evil.example.net"}}, Auth: hybox.BindingAuth{Type: hybox.AuthBearer, Credential: "token"}}}}}); !errors.Is(err, hybox.ErrInvalid) {
+	if _, err := sb.PatchVault(ctx, api.VaultPatchRequest{Bindings: &api.VaultBindingMutations{Add: []api.VaultBinding{{Name: "denied",
+		Match: api.VaultMatch{Hosts: []string{"evil.example.net"}}, Auth: api.VaultAuth{Type: api.VaultAuthTypeBearer, Credential: "token"}}}}}); !errors.Is(err, hybox.ErrInvalid) {
 		t.Errorf("a binding to a host the policy denies: %v, want ErrInvalid", err)
 	}
 	if err := sb.DeleteVault(ctx); err != nil {

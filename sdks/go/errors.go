@@ -9,36 +9,50 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/hybox-dev/hybox/sdks/go/api"
+	"github.com/hybox-dev/hybox/sdks/go/errdefs"
 )
 
-// Sentinel errors. Every *APIError wraps the one its HTTP status and code
-// call for, so callers test errors with errors.Is.
+// Sentinel errors. They are the error kinds of package errdefs (the one
+// error model of hybox's server and clients), so errors.Is works with
+// either name. Every *APIError wraps the kinds its code and status call for.
 var (
 	// ErrNotFound: the sandbox, file, context, command or resource does not
 	// exist (404).
-	ErrNotFound = errors.New("hybox: not found")
+	ErrNotFound = errdefs.ErrNotFound
 	// ErrConflict: the resource is busy or in a state that refuses the call,
 	// such as a code context running another execution, a paused sandbox or
 	// a stale revision (409).
-	ErrConflict = errors.New("hybox: conflict")
-	// ErrUnauthorized: the API key or a sandbox token is missing, wrong or not
-	// allowed to do this (401, 403).
-	ErrUnauthorized = errors.New("hybox: unauthorized")
+	ErrConflict = errdefs.ErrConflict
+	// ErrUnauthorized: the API key or a sandbox token is missing or wrong
+	// (401), or does not allow the call (403, which is ErrForbidden too).
+	ErrUnauthorized = errdefs.ErrUnauthorized
+	// ErrForbidden: the credential is valid but does not allow the call
+	// (403).
+	ErrForbidden = errdefs.ErrForbidden
 	// ErrRateLimited: the server refused the call for now (429); the
 	// *APIError's RetryAfter says when to try again, when the server said.
-	ErrRateLimited = errors.New("hybox: rate limited")
-	// ErrTimeout: an operation did not finish in time on the server (504,
-	// 408), or an execution hit its time limit.
-	ErrTimeout = errors.New("hybox: timeout")
-	// ErrInvalid: the request is malformed or names something invalid (400,
-	// 413, 416, 422).
-	ErrInvalid = errors.New("hybox: invalid request")
+	ErrRateLimited = errdefs.ErrRateLimited
+	// ErrTimeout: an operation did not finish in time on the server (504),
+	// or an execution hit its time limit.
+	ErrTimeout = errdefs.ErrTimeout
+	// ErrInvalid: the request is malformed or names something invalid
+	// (400; also 405, 413 and 416, which have their own errdefs kinds).
+	ErrInvalid = errdefs.ErrInvalid
 	// ErrUnavailable: the server or the sandbox cannot serve the call now
-	// (502, 503).
-	ErrUnavailable = errors.New("hybox: unavailable")
+	// (503; also 502, errdefs.ErrUnreachable).
+	ErrUnavailable = errdefs.ErrUnavailable
 	// ErrNotSupported: the server or this sandbox's runtime does not
-	// implement the operation (501), such as a terminal in a wasm sandbox.
-	ErrNotSupported = errors.New("hybox: not supported")
+	// implement the operation (code NOT_SUPPORTED), such as a terminal in a
+	// wasm sandbox.
+	ErrNotSupported = errdefs.ErrNotSupported
+	// ErrInternal: the server failed (500).
+	ErrInternal = errdefs.ErrInternal
+)
+
+// Errors of the SDK itself.
+var (
 	// ErrIncomplete: an execution's stream ended before it completed or
 	// failed (the connection was cut).
 	ErrIncomplete = errors.New("hybox: stream ended before the execution finished")
@@ -77,41 +91,63 @@ func (e *APIError) Error() string {
 	return s
 }
 
-// Unwrap returns the sentinel error for e's code and status: ErrTimeout
-// for code TIMEOUT, ErrNotSupported for NOT_SUPPORTED, ErrConflict for
-// CONTEXT_BUSY and INVALID_STATE, else by status (404 ErrNotFound, 409
-// ErrConflict, 401/403 ErrUnauthorized, 429 ErrRateLimited, 408/504
-// ErrTimeout, 400/413/416/422 ErrInvalid, 501 ErrNotSupported, 502/503
-// ErrUnavailable); nil for other statuses.
-func (e *APIError) Unwrap() error {
-	switch e.Code {
-	case "TIMEOUT":
-		return ErrTimeout
-	case "NOT_SUPPORTED":
-		return ErrNotSupported
-	case "CONTEXT_BUSY", "INVALID_STATE", "REVISION_CONFLICT":
-		return ErrConflict
-	case "TOO_MANY_EXECUTIONS":
-		return ErrRateLimited
+// Unwrap returns the kinds of e: the kind of its code in the error table
+// of the protocol document (errdefs.Kind), or for a code the table lacks
+// the kind of its status; with ErrInvalid for the finer client-error kinds
+// (method not allowed, too large, range), ErrUnavailable for an
+// unreachable sandbox (502) and ErrUnauthorized for a forbidden call (403).
+func (e *APIError) Unwrap() []error {
+	kind := errdefs.Kind(api.ErrorCode(e.Code))
+	if kind == nil {
+		kind = statusKind(e.Status)
 	}
-	switch e.Status {
+	if kind == nil {
+		return nil
+	}
+	errs := []error{kind}
+	switch kind {
+	case errdefs.ErrMethodNotAllowed, errdefs.ErrTooLarge, errdefs.ErrRange:
+		errs = append(errs, ErrInvalid)
+	case errdefs.ErrUnreachable:
+		errs = append(errs, ErrUnavailable)
+	case errdefs.ErrForbidden:
+		errs = append(errs, ErrUnauthorized)
+	}
+	return errs
+}
+
+// statusKind is the kind of a status whose code is not in the table.
+func statusKind(status int) error {
+	switch status {
+	case http.StatusBadRequest, http.StatusUnprocessableEntity:
+		return errdefs.ErrInvalid
+	case http.StatusUnauthorized:
+		return errdefs.ErrUnauthorized
+	case http.StatusForbidden:
+		return errdefs.ErrForbidden
 	case http.StatusNotFound:
-		return ErrNotFound
+		return errdefs.ErrNotFound
+	case http.StatusMethodNotAllowed:
+		return errdefs.ErrMethodNotAllowed
 	case http.StatusConflict:
-		return ErrConflict
-	case http.StatusUnauthorized, http.StatusForbidden:
-		return ErrUnauthorized
+		return errdefs.ErrConflict
+	case http.StatusRequestEntityTooLarge:
+		return errdefs.ErrTooLarge
+	case http.StatusRequestedRangeNotSatisfiable:
+		return errdefs.ErrRange
 	case http.StatusTooManyRequests:
-		return ErrRateLimited
-	case http.StatusRequestTimeout, http.StatusGatewayTimeout:
-		return ErrTimeout
-	case http.StatusBadRequest, http.StatusRequestEntityTooLarge,
-		http.StatusRequestedRangeNotSatisfiable, http.StatusUnprocessableEntity:
-		return ErrInvalid
+		return errdefs.ErrRateLimited
 	case http.StatusNotImplemented:
-		return ErrNotSupported
-	case http.StatusBadGateway, http.StatusServiceUnavailable:
-		return ErrUnavailable
+		return errdefs.ErrNotSupported
+	case http.StatusBadGateway:
+		return errdefs.ErrUnreachable
+	case http.StatusServiceUnavailable:
+		return errdefs.ErrUnavailable
+	case http.StatusRequestTimeout, http.StatusGatewayTimeout:
+		return errdefs.ErrTimeout
+	}
+	if status >= 500 {
+		return errdefs.ErrInternal
 	}
 	return nil
 }

@@ -19,7 +19,7 @@ import (
 // policyFlags are the network-policy flags of `sandbox create` and of a
 // one-shot `run` (which has no --credential-proxy).
 type policyFlags struct {
-	rules         []hybox.EgressRule // --allow and --deny, in command-line order
+	rules         []api.EgressRule // --allow and --deny, in command-line order
 	defaultAction string
 	file          string
 	credProxy     bool
@@ -29,8 +29,8 @@ type policyFlags struct {
 // list, so rules keep the order in which the flags were given, across both
 // flags.
 type ruleFlag struct {
-	action api.NetworkPolicyEgressAction
-	list   *[]hybox.EgressRule
+	action api.PolicyAction
+	list   *[]api.EgressRule
 }
 
 func (f ruleFlag) Set(v string) error {
@@ -38,7 +38,7 @@ func (f ruleFlag) Set(v string) error {
 	if v == "" {
 		return errors.New("empty target")
 	}
-	*f.list = append(*f.list, hybox.EgressRule{Action: f.action, Target: v})
+	*f.list = append(*f.list, api.EgressRule{Action: f.action, Target: v})
 	return nil
 }
 
@@ -63,9 +63,9 @@ func (p *policyFlags) register(cmd *cobra.Command) {
 // registerRules adds the flags that describe a policy to cmd.
 func (p *policyFlags) registerRules(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.Var(ruleFlag{action: api.NetworkPolicyEgressActionAllow, list: &p.rules}, "allow",
+	f.Var(ruleFlag{action: api.PolicyActionAllow, list: &p.rules}, "allow",
 		"allow outbound traffic to TARGET: name, *.suffix, IP or CIDR (repeatable; rules keep the order of --allow and --deny, first match wins)")
-	f.Var(ruleFlag{action: api.NetworkPolicyEgressActionDeny, list: &p.rules}, "deny", "deny outbound traffic to TARGET (repeatable)")
+	f.Var(ruleFlag{action: api.PolicyActionDeny, list: &p.rules}, "deny", "deny outbound traffic to TARGET (repeatable)")
 	f.StringVar(&p.defaultAction, "default-action", "", "action for traffic no rule matches: allow or deny (default deny once a rule is given)")
 	f.StringVar(&p.file, "network-policy", "", "network policy as JSON from FILE, or - for stdin (instead of --allow, --deny and --default-action)")
 }
@@ -99,11 +99,11 @@ func (p *policyFlags) policy(a *app, cmd *cobra.Command) (*api.NetworkPolicy, er
 	if !ruled {
 		return nil, nil
 	}
-	action := api.NetworkPolicyDefaultAction(p.defaultAction)
+	action := api.PolicyAction(p.defaultAction)
 	if action == "" {
-		action = api.NetworkPolicyDefaultActionDeny
+		action = api.PolicyActionDeny
 	}
-	if action != api.NetworkPolicyDefaultActionAllow && action != api.NetworkPolicyDefaultActionDeny {
+	if action != api.PolicyActionAllow && action != api.PolicyActionDeny {
 		return nil, usagef(cmd, "--default-action %q: want allow or deny", p.defaultAction)
 	}
 	return &api.NetworkPolicy{DefaultAction: action, Egress: p.rules}, nil
@@ -186,18 +186,18 @@ func (a *app) newEgressCmd() *cobra.Command {
 			Use:   "get ID",
 			Short: "Show a sandbox's network policy",
 			Args:  argsUsage(cobra.ExactArgs(1)),
-			RunE: a.policyRun(func(c *hybox.Client, cmd *cobra.Command, args []string) (hybox.PolicyStatus, error) {
+			RunE: a.policyRun(func(c *hybox.Client, cmd *cobra.Command, args []string) (api.PolicyStatus, error) {
 				return c.Sandbox(args[0]).EgressPolicy(cmd.Context())
 			}),
 		},
-		a.newRuleCmd(api.NetworkPolicyEgressActionAllow, "Allow targets: the new rules go before the existing ones"),
-		a.newRuleCmd(api.NetworkPolicyEgressActionDeny, "Deny targets: the new rules go before the existing ones"),
+		a.newRuleCmd(api.PolicyActionAllow, "Allow targets: the new rules go before the existing ones"),
+		a.newRuleCmd(api.PolicyActionDeny, "Deny targets: the new rules go before the existing ones"),
 		&cobra.Command{
 			Use:     "rm ID TARGET...",
 			Aliases: []string{"remove", "delete"},
 			Short:   "Remove the rules with these targets",
 			Args:    argsUsage(cobra.MinimumNArgs(2)),
-			RunE: a.policyRun(func(c *hybox.Client, cmd *cobra.Command, args []string) (hybox.PolicyStatus, error) {
+			RunE: a.policyRun(func(c *hybox.Client, cmd *cobra.Command, args []string) (api.PolicyStatus, error) {
 				return c.Sandbox(args[0]).RemoveEgressRules(cmd.Context(), args[1:]...)
 			}),
 		},
@@ -208,10 +208,10 @@ func (a *app) newEgressCmd() *cobra.Command {
 				`{"defaultAction": "deny", "egress": [{"action": "allow", "target": "pypi.org"}]}` + "\n" +
 				"A policy without defaultAction denies by default.",
 			Args: argsUsage(cobra.ExactArgs(2)),
-			RunE: a.policyRun(func(c *hybox.Client, cmd *cobra.Command, args []string) (hybox.PolicyStatus, error) {
+			RunE: a.policyRun(func(c *hybox.Client, cmd *cobra.Command, args []string) (api.PolicyStatus, error) {
 				var np api.NetworkPolicy
 				if err := a.readJSON(cmd, args[1], &np); err != nil {
-					return hybox.PolicyStatus{}, err
+					return api.PolicyStatus{}, err
 				}
 				return c.Sandbox(args[0]).SetEgressPolicy(cmd.Context(), np)
 			}),
@@ -220,17 +220,17 @@ func (a *app) newEgressCmd() *cobra.Command {
 	return cmd
 }
 
-func (a *app) newRuleCmd(action api.NetworkPolicyEgressAction, short string) *cobra.Command {
+func (a *app) newRuleCmd(action api.PolicyAction, short string) *cobra.Command {
 	return &cobra.Command{
 		Use:   string(action) + " ID TARGET...",
 		Short: short,
 		Long: short + ".\nThey keep the order given, and a rule for a target that already has one\n" +
 			"replaces it.",
 		Args: argsUsage(cobra.MinimumNArgs(2)),
-		RunE: a.policyRun(func(c *hybox.Client, cmd *cobra.Command, args []string) (hybox.PolicyStatus, error) {
-			rules := make([]hybox.EgressRule, 0, len(args)-1)
+		RunE: a.policyRun(func(c *hybox.Client, cmd *cobra.Command, args []string) (api.PolicyStatus, error) {
+			rules := make([]api.EgressRule, 0, len(args)-1)
 			for _, t := range args[1:] {
-				rules = append(rules, hybox.EgressRule{Action: action, Target: t})
+				rules = append(rules, api.EgressRule{Action: action, Target: t})
 			}
 			return c.Sandbox(args[0]).PatchEgressRules(cmd.Context(), rules...)
 		}),
@@ -239,7 +239,7 @@ func (a *app) newRuleCmd(action api.NetworkPolicyEgressAction, short string) *co
 
 // policyRun is the RunE of an egress command: call, then print the policy
 // in force.
-func (a *app) policyRun(call func(*hybox.Client, *cobra.Command, []string) (hybox.PolicyStatus, error)) func(*cobra.Command, []string) error {
+func (a *app) policyRun(call func(*hybox.Client, *cobra.Command, []string) (api.PolicyStatus, error)) func(*cobra.Command, []string) error {
 	return callAndPrint(a, call, writePolicy)
 }
 
@@ -269,10 +269,10 @@ func callAndPrint[T any](a *app, call func(*hybox.Client, *cobra.Command, []stri
 
 // writePolicy prints a policy as aligned "Field: value" lines, one rule
 // per line.
-func writePolicy(w io.Writer, st hybox.PolicyStatus) error {
+func writePolicy(w io.Writer, st api.PolicyStatus) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "Mode:\t%s\n", dash(st.Mode))
-	fmt.Fprintf(tw, "Enforcement:\t%s\n", dash(st.EnforcementMode))
+	fmt.Fprintf(tw, "Mode:\t%s\n", dash(string(st.Mode)))
+	fmt.Fprintf(tw, "Enforcement:\t%s\n", dash(string(st.EnforcementMode)))
 	fmt.Fprintf(tw, "Default:\t%s\n", dash(string(st.Policy.DefaultAction)))
 	if st.Reason != "" {
 		fmt.Fprintf(tw, "Reason:\t%s\n", st.Reason)
@@ -307,10 +307,10 @@ func (a *app) newVaultCmd() *cobra.Command {
 				`               "auth": {"type": "bearer", "credential": "gh"}}]}` + "\n" +
 				"Auth types: bearer, basic, apiKey (with name: the header), customHeaders, passthrough.",
 			Args: argsUsage(cobra.ExactArgs(2)),
-			RunE: a.vaultRun(func(c *hybox.Client, cmd *cobra.Command, args []string) (hybox.VaultState, error) {
-				var req hybox.VaultRequest
+			RunE: a.vaultRun(func(c *hybox.Client, cmd *cobra.Command, args []string) (api.VaultState, error) {
+				var req api.VaultCreateRequest
 				if err := a.readJSON(cmd, args[1], &req); err != nil {
-					return hybox.VaultState{}, err
+					return api.VaultState{}, err
 				}
 				return c.Sandbox(args[0]).CreateVault(cmd.Context(), req)
 			}),
@@ -320,7 +320,7 @@ func (a *app) newVaultCmd() *cobra.Command {
 			Aliases: []string{"show"},
 			Short:   "Show the vault's credentials (without values) and bindings",
 			Args:    argsUsage(cobra.ExactArgs(1)),
-			RunE: a.vaultRun(func(c *hybox.Client, cmd *cobra.Command, args []string) (hybox.VaultState, error) {
+			RunE: a.vaultRun(func(c *hybox.Client, cmd *cobra.Command, args []string) (api.VaultState, error) {
 				return c.Sandbox(args[0]).Vault(cmd.Context())
 			}),
 		},
@@ -333,10 +333,10 @@ func (a *app) newVaultCmd() *cobra.Command {
 				` "bindings": {"add": [...], "replace": [...], "delete": ["name"]}}` + "\n" +
 				"A stale expectedRevision fails with a conflict.",
 			Args: argsUsage(cobra.ExactArgs(2)),
-			RunE: a.vaultRun(func(c *hybox.Client, cmd *cobra.Command, args []string) (hybox.VaultState, error) {
-				var req hybox.VaultPatch
+			RunE: a.vaultRun(func(c *hybox.Client, cmd *cobra.Command, args []string) (api.VaultState, error) {
+				var req api.VaultPatchRequest
 				if err := a.readJSON(cmd, args[1], &req); err != nil {
-					return hybox.VaultState{}, err
+					return api.VaultState{}, err
 				}
 				return c.Sandbox(args[0]).PatchVault(cmd.Context(), req)
 			}),
@@ -363,13 +363,13 @@ func (a *app) newVaultCmd() *cobra.Command {
 }
 
 // vaultRun is the RunE of a vault command: call, then print the vault.
-func (a *app) vaultRun(call func(*hybox.Client, *cobra.Command, []string) (hybox.VaultState, error)) func(*cobra.Command, []string) error {
+func (a *app) vaultRun(call func(*hybox.Client, *cobra.Command, []string) (api.VaultState, error)) func(*cobra.Command, []string) error {
 	return callAndPrint(a, call, writeVault)
 }
 
 // writeVault prints a vault: its revision, then a table of credentials
 // and one of bindings.
-func writeVault(w io.Writer, st hybox.VaultState) error {
+func writeVault(w io.Writer, st api.VaultState) error {
 	fmt.Fprintf(w, "Revision: %d\n", st.Revision)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "CREDENTIAL\tSOURCE\tREVISION")
@@ -390,7 +390,7 @@ func writeVault(w io.Writer, st hybox.VaultState) error {
 				auth += " (" + b.Auth.Name + ")"
 			}
 		}
-		var m hybox.BindingMatch
+		var m api.VaultMatch
 		if b.Match != nil {
 			m = *b.Match
 		}

@@ -60,7 +60,7 @@ func policyOf(t *testing.T, srv *servertest.Server, id string) ([]string, string
 	t.Helper()
 	r := live(t, srv, "", "egress", "get", id, "-o", "json")
 	r.check(t, 0)
-	var st hybox.PolicyStatus
+	var st api.PolicyStatus
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &st), r.stdout)
 	var out []string
 	for _, rule := range st.Policy.Egress {
@@ -185,7 +185,7 @@ func TestEgressCommands(t *testing.T) {
 		"              allow  pypi.org\n", r.stdout)
 	r = live(t, srv, "", "egress", "allow", id, "Good.Example.COM", "-o", "json")
 	r.check(t, 0)
-	var st hybox.PolicyStatus
+	var st api.PolicyStatus
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &st), r.stdout)
 	assert.Equal(t, "ok", st.Status)
 	rules, _ := policyOf(t, srv, id)
@@ -277,7 +277,7 @@ func TestVaultCommands(t *testing.T) {
 	assert.Contains(t, r.stderr, "error: VAULT_EXISTS: ")
 
 	r = run("", 0, "vault", "get", id, "-o", "json")
-	var st hybox.VaultState
+	var st api.VaultState
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &st), r.stdout)
 	assert.EqualValues(t, 1, st.Revision)
 	require.Len(t, st.Credentials, 1)
