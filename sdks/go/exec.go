@@ -19,6 +19,7 @@ const interruptGrace = 5 * time.Second
 
 // execution is one streamed execution on the execd API.
 type execution struct {
+	lines     bool // a command: output events are lines
 	t         *transport
 	req       request
 	interrupt func(ctx context.Context, t *transport, id string) error
@@ -47,7 +48,7 @@ func (e execution) stop(ctx context.Context, id string) {
 
 // collect runs the execution to its end, calling h for every event.
 func (e execution) collect(ctx context.Context, h *Handlers) (*Execution, error) {
-	x := &Execution{ExitCode: -1}
+	x := &Execution{ExitCode: -1, lines: e.lines}
 	for ev, err := range e.events(ctx) {
 		if err != nil {
 			return x, err
@@ -117,7 +118,7 @@ func (s *Sandbox) command(ctx context.Context, req Command) (execution, error) {
 	if err != nil {
 		return execution{}, err
 	}
-	return execution{t: t, req: request{method: http.MethodPost, path: "/command", body: req},
+	return execution{lines: true, t: t, req: request{method: http.MethodPost, path: "/command", body: req},
 		interrupt: interruptCommand}, nil
 }
 
@@ -305,7 +306,7 @@ func (s *Sandbox) CreateSession(ctx context.Context, req api.SessionRequest) (*S
 // An *APIError: ErrNotFound for a closed session, ErrConflict while
 // another run of it is in progress; ctx's error; ErrIncomplete.
 func (se *Session) Run(ctx context.Context, req api.SessionRunRequest, h *Handlers) (*Execution, error) {
-	e := execution{t: se.t, req: request{method: http.MethodPost, path: "/session/" + pathEscape(se.ID) + "/run", body: req},
+	e := execution{lines: true, t: se.t, req: request{method: http.MethodPost, path: "/session/" + pathEscape(se.ID) + "/run", body: req},
 		interrupt: interruptCommand}
 	return e.collect(ctx, h)
 }

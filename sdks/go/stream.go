@@ -197,8 +197,8 @@ func (h *Handlers) dispatch(ev api.Event) {
 type Execution struct {
 	// ID is the execution (or command) id from the init event.
 	ID string
-	// Stdout and Stderr are the output texts in order; for commands, one
-	// entry per line.
+	// Stdout and Stderr are the output texts in order: for commands one
+	// entry per line (without its newline), for code the chunks printed.
 	Stdout, Stderr []string
 	// Results are the rich results in order.
 	Results []api.MimeBundle
@@ -214,23 +214,23 @@ type Execution struct {
 	ExecutionCount int
 	// ExecutionTime is the server's duration of the execution in ms.
 	ExecutionTime int64
+
+	lines bool // Stdout and Stderr hold lines (commands), not chunks (code)
 }
 
-// Text returns the standard output joined by newlines.
-func (x *Execution) Text() string { return joinLines(x.Stdout) }
+// Text returns the standard output: a command's lines joined by newlines
+// (without a final one), or the chunks a code context printed, as printed.
+func (x *Execution) Text() string { return x.join(x.Stdout) }
 
-// StderrText returns the standard error joined by newlines.
-func (x *Execution) StderrText() string { return joinLines(x.Stderr) }
+// StderrText returns the standard error, as Text does the output.
+func (x *Execution) StderrText() string { return x.join(x.Stderr) }
 
-func joinLines(s []string) string {
-	var b bytes.Buffer
-	for i, l := range s {
-		if i > 0 {
-			b.WriteByte('\n')
-		}
-		b.WriteString(l)
+func (x *Execution) join(s []string) string {
+	sep := ""
+	if x.lines {
+		sep = "\n"
 	}
-	return b.String()
+	return strings.Join(s, sep)
 }
 
 // Err returns nil when the execution completed (exit code 0), else an
