@@ -76,8 +76,15 @@ test-unit: guests vet $(TEST_DEPS)
 
 # The Go SDK (its own module, sdks/go) against a real `hybox serve`: the
 # binary just built. HYBOX_REQUIRE_SDK_SERVER makes a missing binary a failure.
-test-sdk: build
-	cd sdks/go && HYBOX_BIN=$(CURDIR)/$(BIN) HYBOX_REQUIRE_SDK_SERVER=1 $(GO) test -race -timeout 10m ./...
+# As root its container tests use the shared test containerd (the one the
+# container backend's tests start) and the test image archive.
+SDK_TEST_CONTAINERD := /var/lib/hybox-test
+test-sdk: build $(TEST_DEPS)
+	@sock=""; \
+	if [ "$(IS_ROOT)" = yes ] && ./scripts/containers/containerd.sh start $(SDK_TEST_CONTAINERD) >/dev/null; then \
+		sock=$(SDK_TEST_CONTAINERD)/containerd/containerd.sock; fi; \
+	cd sdks/go && HYBOX_BIN=$(CURDIR)/$(BIN) HYBOX_REQUIRE_SDK_SERVER=1 HYBOX_SDK_CONTAINERD=$$sock \
+		HYBOX_SDK_IMAGE_ARCHIVE=$(IMAGE_ARCHIVE) $(GO) test -race -timeout 10m ./...
 
 test-e2e: build
 	@./scripts/e2e.sh
