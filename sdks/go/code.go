@@ -78,12 +78,12 @@ func interruptCode(ctx context.Context, t *transport, id string) error {
 // # Errors
 // An *APIError: ErrNotFound for an unknown context, ErrConflict while the
 // context runs another execution, ErrRateLimited; ctx's error;
-// ErrIncomplete. The partial Execution is returned with every error but a
-// refusal.
+// ErrIncomplete. The Execution is returned with every error: what arrived
+// before it (nothing, when the server refused the call).
 func (s *Sandbox) RunCode(ctx context.Context, req Code, h *Handlers) (*Execution, error) {
 	e, err := s.code(ctx, req)
 	if err != nil {
-		return nil, err
+		return &Execution{ExitCode: -1}, err
 	}
 	return e.collect(ctx, h)
 }
@@ -91,6 +91,9 @@ func (s *Sandbox) RunCode(ctx context.Context, req Code, h *Handlers) (*Executio
 // CodeEvents runs code in a context and yields its events as they
 // arrive. Stopping the iteration early, or cancelling ctx, interrupts the
 // execution.
+//
+// # Errors
+// The iterator yields one error and stops: those of RunCode.
 func (s *Sandbox) CodeEvents(ctx context.Context, req Code) iter.Seq2[api.Event, error] {
 	e, err := s.code(ctx, req)
 	if err != nil {

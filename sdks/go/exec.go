@@ -134,13 +134,13 @@ func interruptCommand(ctx context.Context, t *transport, id string) error {
 // # Errors
 // An *APIError when the server refuses the command (ErrRateLimited when
 // too many executions run, after the retries); ctx's error; ErrIncomplete
-// when the stream was cut. The partial Execution is returned with every
-// error but a refusal.
+// when the stream was cut. The Execution is returned with every error: what
+// arrived before it (nothing, when the server refused the command).
 func (s *Sandbox) Exec(ctx context.Context, req Command, h *Handlers) (*Execution, error) {
 	req.Background = false
 	e, err := s.command(ctx, req)
 	if err != nil {
-		return nil, err
+		return &Execution{ExitCode: -1, lines: true}, err
 	}
 	return e.collect(ctx, h)
 }
@@ -149,6 +149,9 @@ func (s *Sandbox) Exec(ctx context.Context, req Command, h *Handlers) (*Executio
 // as they arrive: init, stdout and stderr lines, then execution_complete
 // or error. Stopping the iteration early, or cancelling ctx, interrupts the
 // command on the server.
+//
+// # Errors
+// The iterator yields one error and stops: those of Exec.
 func (s *Sandbox) ExecEvents(ctx context.Context, req Command) iter.Seq2[api.Event, error] {
 	req.Background = false
 	e, err := s.command(ctx, req)

@@ -119,7 +119,10 @@ func (c *Client) List(ctx context.Context, opts ListOptions) (api.ListSandboxesR
 }
 
 // All yields every sandbox that opts select, page after page, starting at
-// opts.Page. It stops at the first error, which it yields.
+// opts.Page.
+//
+// # Errors
+// The iterator yields the first error of List and stops.
 func (c *Client) All(ctx context.Context, opts ListOptions) iter.Seq2[api.Sandbox, error] {
 	return func(yield func(api.Sandbox, error) bool) {
 		if opts.Page < 1 {
