@@ -79,7 +79,7 @@ func TestExecInterrupt(t *testing.T) {
 	cancel()
 	r := <-done
 	r.check(t, ExitInterrupted)
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(time.Second) // the interrupt lands
 	n := ticks()
 	time.Sleep(500 * time.Millisecond)
 	assert.Equal(t, n, ticks(), "the command went on after Ctrl-C")
