@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	hybox "github.com/hybox-dev/hybox/sdks/go"
+	"github.com/hybox-dev/hybox/sdks/go/api"
 	"github.com/hybox-dev/hybox/server/servertest"
 )
 
@@ -187,7 +187,7 @@ func TestEgressCommands(t *testing.T) {
 	r.check(t, 0)
 	var st api.PolicyStatus
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &st), r.stdout)
-	assert.Equal(t, "ok", st.Status)
+	assert.Equal(t, api.PolicyStatusStatus("ok"), st.Status)
 	rules, _ := policyOf(t, srv, id)
 	assert.Equal(t, []string{"allow good.example.com", "deny *.example.com", "deny 10.0.0.0/8", "allow pypi.org"}, rules)
 
