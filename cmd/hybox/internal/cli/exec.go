@@ -8,17 +8,12 @@ import (
 	"os"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	hybox "github.com/hybox-dev/hybox/sdks/go"
 	"github.com/hybox-dev/hybox/sdks/go/api"
 )
-
-// interruptGrace bounds the request that interrupts a remote execution
-// after the user pressed Ctrl-C.
-const interruptGrace = 5 * time.Second
 
 func (a *app) newExecCmd() *cobra.Command {
 	var (

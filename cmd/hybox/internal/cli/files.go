@@ -89,7 +89,8 @@ func fromOctal(m uint64) fs.FileMode {
 	return mode
 }
 
-// fromOctalDigits is the inverse of octalDigits.
+// fromOctalDigits reads a mode in the wire form, octal digits written as
+// a decimal number (755 is 0o755).
 func fromOctalDigits(n int) fs.FileMode {
 	m, err := strconv.ParseUint(strconv.Itoa(n), 8, 32)
 	if err != nil {
