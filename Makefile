@@ -13,7 +13,7 @@ API_KEY_FILE ?= $(CURDIR)/build/api-key
 VAULT_KEY_FILE ?= $(CURDIR)/build/vault-key
 export HYBOX_GUEST_DIR := $(GUEST_DIR)
 
-.PHONY: all build guests run test test-unit test-sdk test-e2e bench check fmt vet clean deps containers-deps containerd containerd-stop image
+.PHONY: all build guests run test test-unit test-sdk test-e2e bench check generate fmt vet clean deps containers-deps containerd containerd-stop image
 
 all: build
 
@@ -71,7 +71,7 @@ ifeq ($(IS_ROOT),yes)
 TEST_DEPS := containers-deps
 endif
 
-test-unit: guests vet $(TEST_DEPS)
+test-unit: guests check $(TEST_DEPS)
 	$(GO) test -race -timeout 20m ./...
 
 # The Go SDK (its own module, sdks/go) against a real `hybox serve`: the
@@ -92,15 +92,23 @@ test-e2e: build
 bench: build
 	@./scripts/bench.sh
 
-check: vet
+# The wire types are generated from the protocol document by oapi-codegen,
+# run with `go run` at the version pinned in sdks/go/api/doc.go.
+generate:
+	@echo "generate: sdks/go/api/api.gen.go from sdks/openapi.yaml"
+	cd sdks/go && $(GO) generate ./api
+
+# check: formatting, vet, and generated code in step with the document.
+check: vet generate
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1)
+	@git diff --quiet -- sdks/go/api || (git diff --stat -- sdks/go/api; echo "sdks/go/api is stale: run make generate and commit it"; exit 1)
+	cd sdks/go && $(GO) vet ./...
 
 # wasmfs implements wazero's File interface, whose Seek signature trips
 # vet's stdmethods check; that one check is off for that one package.
 vet:
 	$(GO) vet $$($(GO) list ./... | grep -v /runtimes/wasm/wasmfs)
 	$(GO) vet -stdmethods=false ./runtimes/wasm/wasmfs
-	cd sdks/go && $(GO) vet ./...
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

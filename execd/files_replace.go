@@ -10,18 +10,15 @@ import (
 	"io"
 	"net/http"
 	"os"
+
+	"github.com/hybox-dev/hybox/sdks/go/api"
 )
 
 // replaceItem is one entry of POST /files/replace.
-type replaceItem struct {
-	Old string `json:"old"`
-	New string `json:"new"`
-}
+type replaceItem = api.ReplaceItem
 
 // replaceResult is one entry of the verbose POST /files/replace answer.
-type replaceResult struct {
-	ReplacedCount int `json:"replacedCount"`
-}
+type replaceResult = api.ReplaceResult
 
 // replaceChunk is how much of a file replaceStream reads at a time.
 const replaceChunk = 256 << 10

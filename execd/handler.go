@@ -98,6 +98,7 @@ type Handler struct {
 	codes    *codeManager
 	commands *commandManager
 	sessions *sessionManager
+	ptys     *ptyManager
 
 	closeOnce sync.Once
 }
@@ -144,7 +145,7 @@ func (h *Handler) routes() {
 		case r.PathValue("b") == "logs":
 			h.commands.logs(w, r, r.PathValue("a"))
 		default:
-			writeError(w, http.StatusNotFound, CodeNotFound, "no route "+r.Method+" "+r.URL.Path)
+			writeError(w, CodeNotFound, "no route "+r.Method+" "+r.URL.Path)
 		}
 	})
 
@@ -157,10 +158,11 @@ func (h *Handler) routes() {
 
 	notSupported := func(what string) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
-			writeError(w, http.StatusNotImplemented, CodeNotSupported, what)
+			writeError(w, CodeNotSupported, what)
 		}
 	}
 	ptys := newPTYManager(h)
+	h.ptys = ptys
 	m.HandleFunc("POST /pty", ptys.orElse(ptys.create, notSupported("PTY sessions are not available in this sandbox; create the sandbox with extensions {\"hybox.io/runtime\":\"runc\"} for a terminal")))
 	m.HandleFunc("/pty/", ptys.orElse(ptys.route, notSupported("PTY sessions are not available in this sandbox")))
 
@@ -172,22 +174,24 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.opts.AccessToken != "" {
 		got := r.Header.Get("X-EXECD-ACCESS-TOKEN")
 		if subtle.ConstantTimeCompare([]byte(got), []byte(h.opts.AccessToken)) != 1 {
-			writeError(w, http.StatusUnauthorized, CodeUnauthorized, "missing or invalid X-EXECD-ACCESS-TOKEN")
+			writeError(w, CodeUnauthorized, "missing or invalid X-EXECD-ACCESS-TOKEN")
 			return
 		}
 	}
 	if _, pattern := h.mux.Handler(r); pattern == "" {
-		writeError(w, http.StatusNotFound, CodeNotFound, "no route "+r.Method+" "+r.URL.Path)
+		writeError(w, CodeNotFound, "no route "+r.Method+" "+r.URL.Path)
 		return
 	}
 	h.mux.ServeHTTP(w, r)
 }
 
-// Close stops every execution and command and closes every interpreter.
+// Close stops every execution and command, ends every terminal and closes
+// every interpreter.
 func (h *Handler) Close() {
 	h.closeOnce.Do(func() {
 		h.commands.closeAll()
 		h.sessions.closeAll()
+		h.ptys.closeAll()
 		h.codes.closeAll()
 	})
 }
@@ -200,18 +204,18 @@ func (h *Handler) decodeJSON(w http.ResponseWriter, r *http.Request, v any) bool
 	if err := dec.Decode(v); err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			writeError(w, http.StatusRequestEntityTooLarge, CodePayloadTooLarge, fmt.Sprintf("request body exceeds %d bytes", mbe.Limit))
+			writeError(w, CodePayloadTooLarge, fmt.Sprintf("request body exceeds %d bytes", mbe.Limit))
 			return false
 		}
 		if errors.Is(err, io.EOF) {
-			writeError(w, http.StatusBadRequest, CodeInvalidRequestBody, "request body is empty")
+			writeError(w, CodeInvalidRequestBody, "request body is empty")
 			return false
 		}
-		writeError(w, http.StatusBadRequest, CodeInvalidRequestBody, "invalid JSON: "+err.Error())
+		writeError(w, CodeInvalidRequestBody, "invalid JSON: "+err.Error())
 		return false
 	}
 	if dec.More() {
-		writeError(w, http.StatusBadRequest, CodeInvalidRequestBody, "invalid JSON: trailing data after the object")
+		writeError(w, CodeInvalidRequestBody, "invalid JSON: trailing data after the object")
 		return false
 	}
 	return true

@@ -8,7 +8,6 @@ package policy
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -43,7 +42,7 @@ type Policy = api.NetworkPolicy
 
 // ErrInvalid is matched (errors.Is) by every validation error of this
 // package, so callers can map it to a 400 in one place.
-var ErrInvalid = errors.New("invalid egress policy")
+var ErrInvalid = fmt.Errorf("invalid egress policy: %w", errdefs.ErrInvalid)
 
 // InvalidError describes why a policy or rule list was refused. Its message
 // names the offending field and value, e.g.
@@ -75,7 +74,9 @@ func (e *InvalidError) Error() string {
 }
 
 // Is reports whether target is ErrInvalid.
-func (e *InvalidError) Is(target error) bool { return target == ErrInvalid }
+func (e *InvalidError) Is(target error) bool {
+	return target == ErrInvalid || target == errdefs.ErrInvalid
+}
 
 // Unwrap returns the underlying error, if any.
 func (e *InvalidError) Unwrap() error { return e.Err }

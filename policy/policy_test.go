@@ -113,8 +113,8 @@ func TestParseErrors(t *testing.T) {
 		{"missing action", `{"egress":[{"target":"a.com"}]}`, `egress[0].action "": missing; must be "allow" or "deny"`},
 		{"bad default", `{"defaultAction":"permit"}`, `defaultAction "permit": must be "allow" or "deny"`},
 		{"empty", ``, `egress policy: empty document`},
-		{"not json", `{`, `egress policy: invalid JSON: unexpected end of JSON input`},
-		{"wrong type", `{"egress":{}}`, `egress policy: invalid JSON: json: cannot unmarshal object into Go struct field Policy.egress of type []policy.Rule`},
+		{"not json", `{`, `egress policy: malformed JSON at byte 1: unexpected end of JSON input`},
+		{"wrong type", `{"egress":{}}`, `egress policy: egress: want an array, got an object`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -155,7 +155,7 @@ func TestParseRules(t *testing.T) {
 		`null`:                                `egress rules: want a JSON array of rules`,
 		`[{"action":"allow","target":"a.com"},{"action":"x"}]`: `rules[1].action "x": must be "allow" or "deny"`,
 		`[{"action":"allow","target":"a b"}]`:                  `rules[0].target "a b": not a domain, wildcard, IP or CIDR`,
-		`[{"action":"allow"`:                                   `egress rules: invalid JSON: unexpected end of JSON input`,
+		`[{"action":"allow"`:                                   `egress rules: malformed JSON at byte 18: unexpected end of JSON input`,
 	} {
 		_, err := ParseRules([]byte(in))
 		require.Error(t, err, in)

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybox-dev/hybox/internal/ocienv"
+	"github.com/hybox-dev/hybox/sdks/go/api"
 )
 
 // Container sandboxes through the public API: the same calls as for wasm,
@@ -30,7 +31,7 @@ func TestContainerSandboxesThroughAPI(t *testing.T) {
 				"resourceLimits": map[string]string{"memory": "256Mi", "cpu": "1"},
 			})
 			t.Cleanup(func() { h.do("DELETE", "/v1/sandboxes/"+sb.ID, nil) })
-			assert.Equal(t, StateRunning, sb.Status.State)
+			assert.Equal(t, api.SandboxStateRunning, sb.Status.State)
 
 			o := h.command(sb.ID, "echo $GREETING; uname -s; exit 5")
 			assert.Equal(t, []string{"hello", "Linux"}, o.stdout)

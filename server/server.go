@@ -52,6 +52,9 @@ type Options struct {
 	Images runtimes.ImageStore
 	// OneShotRuntime is the runtime name used for POST /run (default "wasm").
 	OneShotRuntime string
+	// OneShotImage is the image of POST /run's sandboxes (default
+	// "wasm://default").
+	OneShotImage string
 	// Egress builds each sandbox's egress controller; nil = one with the
 	// host's resolvers and trust store.
 	Egress *egress.Manager
@@ -85,6 +88,9 @@ func (o *Options) Validate() error {
 	if o.MaxTimeout <= 0 {
 		o.MaxTimeout = 7 * 24 * time.Hour
 	}
+	if o.OneShotImage == "" {
+		o.OneShotImage = "wasm://default"
+	}
 	if o.OneShotRuntime == "" {
 		o.OneShotRuntime = "wasm"
 	}
@@ -113,7 +119,7 @@ type Server struct {
 	mu   sync.Mutex
 	live map[string]runtimes.Sandbox
 	// egress holds the egress controller of every live sandbox.
-	egress map[string]*egress.Sandbox
+	egress map[string]*egress.Controller
 	// locks serialises lifecycle operations per sandbox.
 	locks sync.Map // id → *sync.Mutex
 
@@ -140,7 +146,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{opts: opts, store: st, log: opts.Logger, live: map[string]runtimes.Sandbox{},
-		egress: map[string]*egress.Sandbox{}}
+		egress: map[string]*egress.Controller{}}
 	key, err := loadRouteKey(opts.DataDir)
 	if err != nil {
 		_ = st.close()
@@ -191,7 +197,7 @@ func (s *Server) Close(ctx context.Context) error {
 	<-s.reaperDone
 	s.mu.Lock()
 	live, eg := s.live, s.egress
-	s.live, s.egress = map[string]runtimes.Sandbox{}, map[string]*egress.Sandbox{}
+	s.live, s.egress = map[string]runtimes.Sandbox{}, map[string]*egress.Controller{}
 	s.mu.Unlock()
 	for _, sb := range live {
 		_ = sb.Close(ctx)

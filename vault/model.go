@@ -156,7 +156,7 @@ const (
 const (
 	AuthBearer        = api.VaultAuthTypeBearer
 	AuthBasic         = api.VaultAuthTypeBasic
-	AuthAPIKey        = api.VaultAuthTypeApiKey
+	AuthAPIKey        = api.VaultAuthTypeAPIKey
 	AuthCustomHeaders = api.VaultAuthTypeCustomHeaders
 	AuthPassthrough   = api.VaultAuthTypePassthrough
 )

@@ -162,6 +162,7 @@ type Runtime struct {
 }
 
 var _ runtimes.Runtime = (*Runtime)(nil)
+var _ runtimes.CodeRunner = (*Sandbox)(nil)
 
 // Name is "runc" or "runsc".
 func (r *Runtime) Name() string { return r.name }

@@ -11,8 +11,20 @@ import (
 
 // Code is a request to run code in a context: Code is the source; Context
 // names the context by id, or by language alone for that language's
-// default context.
+// default context. CodeIn and CodeOf build the usual ones.
 type Code = api.CodeRunRequest
+
+// CodeIn returns the request to run src in the code context id.
+func CodeIn(id, src string) Code {
+	return Code{Code: &src, Context: api.CodeRunContext{ID: id}}
+}
+
+// CodeOf returns the request to run src in the default context of
+// language (python, javascript, ...), which the sandbox starts on first
+// use.
+func CodeOf(language api.Language, src string) Code {
+	return Code{Code: &src, Context: api.CodeRunContext{Language: language}}
+}
 
 // CreateContext starts a persistent interpreter of a language (python,
 // javascript, bash, ...) whose variables carry over between runs.

@@ -12,19 +12,14 @@ import (
 	"github.com/hybox-dev/hybox/sdks/go/api"
 )
 
-func code(contextID, src string) hybox.Code {
-	var req hybox.Code
-	req.Code = src
-	req.Context.Id = contextID
-	return req
-}
+func code(contextID, src string) hybox.Code { return hybox.CodeIn(contextID, src) }
 
 func TestCodeContexts(t *testing.T) {
 	c := newClient(t, server(t))
 	sb := newSandbox(t, c, api.CreateSandboxRequest{})
 	ctx := ctxFor(t, 2*time.Minute)
 	cc, err := sb.CreateContext(ctx, api.CodeContextRequest{Language: "python"})
-	if err != nil || cc.Id == "" || cc.Language != "python" {
+	if err != nil || cc.ID == "" || cc.Language != "python" {
 		t.Fatalf("create context: %v %+v", err, cc)
 	}
 	var results []api.MimeBundle
@@ -46,14 +41,14 @@ func TestCodeContexts(t *testing.T) {
 	for _, st := range steps {
 		t.Run(st.name, func(t *testing.T) {
 			outs, results, failures = nil, nil, nil
-			x, err := sb.RunCode(ctx, code(cc.Id, st.src), h)
+			x, err := sb.RunCode(ctx, code(cc.ID, st.src), h)
 			if err != nil {
 				t.Fatalf("run: %v", err)
 			}
 			if got := strings.TrimSpace(strings.Join(outs, "")); got != st.stdout {
 				t.Errorf("stdout %q, want %q", got, st.stdout)
 			}
-			if st.result != "" && (len(results) != 1 || results[0].Text != st.result || len(x.Results) != 1) {
+			if st.result != "" && (len(results) != 1 || results[0]["text"] != st.result || len(x.Results) != 1) {
 				t.Errorf("results %+v, want %q", results, st.result)
 			}
 			if st.ename == "" {
@@ -63,7 +58,7 @@ func TestCodeContexts(t *testing.T) {
 				return
 			}
 			var ee *hybox.ExecutionError
-			if !errors.As(x.Err(), &ee) || ee.Ename != st.ename || len(failures) != 1 || len(ee.Traceback) == 0 {
+			if !errors.As(x.Err(), &ee) || ee.EName != st.ename || len(failures) != 1 || len(ee.Traceback) == 0 {
 				t.Errorf("Err() = %v, failures %v, want %s", x.Err(), failures, st.ename)
 			}
 		})
@@ -74,30 +69,28 @@ func TestCodeContexts(t *testing.T) {
 		t.Fatal(err)
 	}
 	all, err := sb.Contexts(ctx, "")
-	if err != nil || !hasContext(all, cc.Id) || !hasContext(all, js.Id) {
+	if err != nil || !hasContext(all, cc.ID) || !hasContext(all, js.ID) {
 		t.Fatalf("contexts: %v %+v", err, all)
 	}
 	pys, err := sb.Contexts(ctx, "python")
-	if err != nil || !hasContext(pys, cc.Id) || hasContext(pys, js.Id) {
+	if err != nil || !hasContext(pys, cc.ID) || hasContext(pys, js.ID) {
 		t.Fatalf("python contexts: %v %+v", err, pys)
 	}
-	if err := sb.DeleteContext(ctx, cc.Id); err != nil {
+	if err := sb.DeleteContext(ctx, cc.ID); err != nil {
 		t.Fatalf("delete context: %v", err)
 	}
-	if _, err := sb.RunCode(ctx, code(cc.Id, "x"), nil); !errors.Is(err, hybox.ErrNotFound) {
+	if _, err := sb.RunCode(ctx, code(cc.ID, "x"), nil); !errors.Is(err, hybox.ErrNotFound) {
 		t.Errorf("run in a deleted context: %v, want ErrNotFound", err)
 	}
 	if err := sb.DeleteContexts(ctx, "javascript"); err != nil {
 		t.Fatalf("delete javascript contexts: %v", err)
 	}
-	if left, _ := sb.Contexts(ctx, "javascript"); hasContext(left, js.Id) {
-		t.Errorf("javascript context %s still listed", js.Id)
+	if left, _ := sb.Contexts(ctx, "javascript"); hasContext(left, js.ID) {
+		t.Errorf("javascript context %s still listed", js.ID)
 	}
 
 	// The default context of a language, by language alone.
-	var req hybox.Code
-	req.Code, req.Context.Language = "console.log(6 * 7)", "javascript"
-	x, err := sb.RunCode(ctx, req, nil)
+	x, err := sb.RunCode(ctx, hybox.CodeOf("javascript", "console.log(6 * 7)"), nil)
 	if err != nil || strings.TrimSpace(x.Text()) != "42" {
 		t.Fatalf("default javascript context: %v %+v", err, x)
 	}
@@ -105,7 +98,7 @@ func TestCodeContexts(t *testing.T) {
 
 func hasContext(list []api.CodeContext, id string) bool {
 	for _, c := range list {
-		if c.Id == id {
+		if c.ID == id {
 			return true
 		}
 	}
@@ -128,7 +121,7 @@ func TestCodeInterruptAndEvents(t *testing.T) {
 	started := make(chan struct{})
 	var once sync.Once
 	go func() {
-		x, err := sb.RunCode(ctx, code(cc.Id, "import time\nprint('go', flush=True)\nwhile True:\n    time.sleep(0.01)"),
+		x, err := sb.RunCode(ctx, code(cc.ID, "import time\nprint('go', flush=True)\nwhile True:\n    time.sleep(0.01)"),
 			&hybox.Handlers{OnStdout: func(string) { once.Do(func() { close(started) }) }})
 		done <- outcome{x, err}
 	}()
@@ -138,10 +131,10 @@ func TestCodeInterruptAndEvents(t *testing.T) {
 		t.Fatal("the loop did not start")
 	}
 	// While it runs, the context is busy.
-	if _, err := sb.RunCode(ctx, code(cc.Id, "1"), nil); !errors.Is(err, hybox.ErrConflict) {
+	if _, err := sb.RunCode(ctx, code(cc.ID, "1"), nil); !errors.Is(err, hybox.ErrConflict) {
 		t.Errorf("run in a busy context: %v, want ErrConflict", err)
 	}
-	if err := sb.Interrupt(ctx, cc.Id); err != nil {
+	if err := sb.Interrupt(ctx, cc.ID); err != nil {
 		t.Fatalf("interrupt: %v", err)
 	}
 	select {
@@ -156,7 +149,7 @@ func TestCodeInterruptAndEvents(t *testing.T) {
 	// Events as an iterator; leaving early interrupts, so the context is
 	// free again.
 	var types []api.EventType
-	for ev, err := range sb.CodeEvents(ctx, code(cc.Id, "print('a', flush=True)\nimport time\ntime.sleep(60)")) {
+	for ev, err := range sb.CodeEvents(ctx, code(cc.ID, "print('a', flush=True)\nimport time\ntime.sleep(60)")) {
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -170,23 +163,23 @@ func TestCodeInterruptAndEvents(t *testing.T) {
 	}
 	var x *hybox.Execution
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		x, err = sb.RunCode(ctx, code(cc.Id, "'free'"), nil)
+		x, err = sb.RunCode(ctx, code(cc.ID, "'free'"), nil)
 		if !errors.Is(err, hybox.ErrConflict) {
 			break
 		}
 	}
-	if err != nil || len(x.Results) != 1 || x.Results[0].Text != "'free'" {
+	if err != nil || len(x.Results) != 1 || x.Results[0]["text"] != "'free'" {
 		t.Fatalf("after leaving the iterator: %v %+v", err, x)
 	}
 
 	// A cancelled context interrupts too.
 	cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancel()
-	if _, err := sb.RunCode(cctx, code(cc.Id, "import time\ntime.sleep(60)"), nil); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := sb.RunCode(cctx, code(cc.ID, "import time\ntime.sleep(60)"), nil); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("cancelled run: %v", err)
 	}
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		x, err = sb.RunCode(ctx, code(cc.Id, "'again'"), nil)
+		x, err = sb.RunCode(ctx, code(cc.ID, "'again'"), nil)
 		if !errors.Is(err, hybox.ErrConflict) {
 			break
 		}
@@ -200,20 +193,20 @@ func TestRunOneShot(t *testing.T) {
 	c := newClient(t, server(t))
 	ctx := ctxFor(t, time.Minute)
 	var outs []string
-	x, err := c.Run(ctx, api.RunRequest{Language: "python", Code: "print('hi')\n6*7"},
+	x, err := c.Run(ctx, api.RunRequest{Language: "python", Code: ptr("print('hi')\n6*7")},
 		&hybox.Handlers{OnStdout: func(s string) { outs = append(outs, s) }})
 	if err != nil || x.Err() != nil {
 		t.Fatalf("run: %v %v", err, x.Err())
 	}
-	if strings.TrimSpace(strings.Join(outs, "")) != "hi" || len(x.Results) != 1 || x.Results[0].Text != "42" {
+	if strings.TrimSpace(strings.Join(outs, "")) != "hi" || len(x.Results) != 1 || x.Results[0]["text"] != "42" {
 		t.Fatalf("run: outs %q results %+v", outs, x.Results)
 	}
-	x, err = c.Run(ctx, api.RunRequest{Language: "python", Code: "raise ValueError('no')"}, nil)
+	x, err = c.Run(ctx, api.RunRequest{Language: "python", Code: ptr("raise ValueError('no')")}, nil)
 	var ee *hybox.ExecutionError
-	if err != nil || !errors.As(x.Err(), &ee) || ee.Ename != "ValueError" {
+	if err != nil || !errors.As(x.Err(), &ee) || ee.EName != "ValueError" {
 		t.Fatalf("run raising: %v %v", err, x.Err())
 	}
-	if _, err := c.Run(ctx, api.RunRequest{Language: "cobol", Code: "x"}, nil); !errors.Is(err, hybox.ErrInvalid) {
+	if _, err := c.Run(ctx, api.RunRequest{Language: "cobol", Code: ptr("x")}, nil); !errors.Is(err, hybox.ErrInvalid) {
 		t.Errorf("run cobol: %v, want ErrInvalid", err)
 	}
 }

@@ -55,8 +55,8 @@ func TestContainerSandbox(t *testing.T) {
 	srv := containerServer(t)
 	c := newClient(t, srv)
 	ctx := ctxFor(t, 3*time.Minute)
-	sb := newSandbox(t, c, api.CreateSandboxRequest{Image: api.ImageSpec{Uri: testImage},
-		Extensions: api.Extensions{HyboxIoruntime: api.ExtensionsHyboxIoruntimeRunc}})
+	sb := newSandbox(t, c, api.CreateSandboxRequest{Image: api.ImageSpec{URI: testImage},
+		Extensions: api.Extensions{hybox.RuntimeExtension: "runc"}})
 	if _, err := sb.WaitRunning(ctx, 0); err != nil {
 		t.Fatal(err)
 	}

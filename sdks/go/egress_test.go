@@ -15,7 +15,7 @@ import (
 func TestEgressPolicy(t *testing.T) {
 	c := newClient(t, server(t))
 	ctx := ctxFor(t, time.Minute)
-	sb := newSandbox(t, c, api.CreateSandboxRequest{NetworkPolicy: api.NetworkPolicy{
+	sb := newSandbox(t, c, api.CreateSandboxRequest{NetworkPolicy: &api.NetworkPolicy{
 		DefaultAction: api.PolicyActionDeny,
 		Egress:        []api.EgressRule{hybox.Allow("example.com")},
 	}})
@@ -63,8 +63,8 @@ func TestCredentialVault(t *testing.T) {
 	c := newClient(t, server(t))
 	ctx := ctxFor(t, time.Minute)
 	sb := newSandbox(t, c, api.CreateSandboxRequest{
-		CredentialProxy: api.CredentialProxy{Enabled: true},
-		NetworkPolicy: api.NetworkPolicy{DefaultAction: api.PolicyActionDeny,
+		CredentialProxy: &api.CredentialProxy{Enabled: true},
+		NetworkPolicy: &api.NetworkPolicy{DefaultAction: api.PolicyActionDeny,
 			Egress: []api.EgressRule{hybox.Allow("api.example.com"), hybox.Allow("uploads.example.com")}},
 	})
 	if _, err := sb.WaitRunning(ctx, 0); err != nil {
@@ -122,7 +122,7 @@ func TestCredentialVault(t *testing.T) {
 	patched, err := sb.PatchVault(ctx, api.VaultPatchRequest{ExpectedRevision: &rev,
 		Credentials: &api.VaultCredentialMutations{Add: []api.VaultCredential{hybox.Inline("key2", "v2")}},
 		Bindings: &api.VaultBindingMutations{Add: []api.VaultBinding{{Name: "uploads", Match: api.VaultMatch{Hosts: []string{"uploads.example.com"}},
-			Auth: api.VaultAuth{Type: api.VaultAuthTypeApiKey, Name: "X-Api-Key", Credential: "key2"}}}},
+			Auth: api.VaultAuth{Type: api.VaultAuthTypeAPIKey, Name: "X-Api-Key", Credential: "key2"}}}},
 	})
 	if err != nil || patched.Revision <= rev || len(patched.Credentials) != 2 || len(patched.Bindings) != 2 {
 		t.Fatalf("patch: %v %+v", err, patched)

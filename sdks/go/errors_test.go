@@ -50,8 +50,8 @@ func TestTypedErrors(t *testing.T) {
 		{"not supported", func() error { _, err := sb.OpenPTY(ctx, api.PtyRequest{}); return err },
 			hybox.ErrNotSupported, 400, "NOT_SUPPORTED"},
 		{"unavailable", func() error {
-			_, err := lc.Create(ctx, api.CreateSandboxRequest{CredentialProxy: api.CredentialProxy{Enabled: true},
-				NetworkPolicy: api.NetworkPolicy{DefaultAction: api.PolicyActionDeny}})
+			_, err := lc.Create(ctx, api.CreateSandboxRequest{CredentialProxy: &api.CredentialProxy{Enabled: true},
+				NetworkPolicy: &api.NetworkPolicy{DefaultAction: api.PolicyActionDeny}})
 			return err
 		}, hybox.ErrUnavailable, 503, "UNAVAILABLE"},
 		{"rate limited", func() error {
@@ -95,8 +95,8 @@ func TestTypedErrors(t *testing.T) {
 		if !errors.Is(x.Err(), hybox.ErrTimeout) || !errors.Is(x.Err(), hybox.ErrExitStatus) || x.ExitCode != 137 {
 			t.Fatalf("Err() = %v, exit %d, want ErrTimeout", x.Err(), x.ExitCode)
 		}
-		var req hybox.Code
-		req.Code, req.Context.Language, req.TimeoutMs = "import time\ntime.sleep(10)", "python", 300
+		req := hybox.CodeOf("python", "import time\ntime.sleep(10)")
+		req.TimeoutMs = 300
 		x, err = sb.RunCode(ctx, req, nil)
 		if err != nil || !errors.Is(x.Err(), hybox.ErrTimeout) || errors.Is(x.Err(), hybox.ErrExitStatus) {
 			t.Fatalf("code past its time limit: %v, Err() = %v, want ErrTimeout", err, x.Err())

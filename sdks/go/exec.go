@@ -294,9 +294,9 @@ func (s *Sandbox) CreateSession(ctx context.Context, req api.SessionRequest) (*S
 	if err := t.call(ctx, request{method: http.MethodPost, path: "/session", body: req}, &out); err != nil {
 		return nil, err
 	}
-	id := out.SessionId
+	id := out.SessionID
 	if id == "" {
-		id = out.Id
+		id = out.ID
 	}
 	return &Session{ID: id, t: t}, nil
 }

@@ -30,7 +30,8 @@ func Mode(m fs.FileMode) api.FileMode {
 	if m&fs.ModeSticky != 0 {
 		bits |= 0o1000
 	}
-	return api.FileMode(strconv.FormatUint(uint64(bits), 8))
+	n, _ := strconv.Atoi(strconv.FormatUint(uint64(bits), 8))
+	return api.FileMode(n)
 }
 
 // FileInfo describes paths of the sandbox, keyed by path.

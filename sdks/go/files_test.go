@@ -115,13 +115,13 @@ func TestFiles(t *testing.T) {
 func TestMode(t *testing.T) {
 	tests := []struct {
 		in   fs.FileMode
-		want string
+		want api.FileMode
 	}{
-		{0o644, "644"}, {0o755, "755"}, {0o755 | fs.ModeSetuid, "4755"}, {0o1777&0o777 | fs.ModeSticky, "1777"},
+		{0o644, 644}, {0o755, 755}, {0o755 | fs.ModeSetuid, 4755}, {0o1777&0o777 | fs.ModeSticky, 1777},
 	}
 	for _, tt := range tests {
-		if got := string(hybox.Mode(tt.in)); got != tt.want {
-			t.Errorf("Mode(%v) = %s, want %s", tt.in, got, tt.want)
+		if got := hybox.Mode(tt.in); got != tt.want {
+			t.Errorf("Mode(%v) = %d, want %d", tt.in, got, tt.want)
 		}
 	}
 }

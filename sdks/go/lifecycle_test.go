@@ -30,7 +30,7 @@ func TestLifecycle(t *testing.T) {
 	}
 
 	again, err := c.Connect(ctx, sb.ID())
-	if err != nil || again.Info().Id != sb.ID() {
+	if err != nil || again.Info().ID != sb.ID() {
 		t.Fatalf("connect: %v", err)
 	}
 
@@ -138,7 +138,7 @@ func TestListFiltersAndPages(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		seen[sb.Id] = true
+		seen[sb.ID] = true
 	}
 	if len(seen) != 3 {
 		t.Fatalf("All saw %d sandboxes, want 3", len(seen))

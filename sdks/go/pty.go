@@ -55,24 +55,17 @@ func (s *Sandbox) OpenPTY(ctx context.Context, req api.PtyRequest) (*PTY, error)
 	default:
 		u.Scheme = "ws"
 	}
-	u.Path += "/pty/" + created.SessionId + "/ws"
+	u.Path += "/pty/" + created.SessionID + "/ws"
 	u.RawPath = ""
 	conn, _, err := websocket.Dial(ctx, u.String(), &websocket.DialOptions{HTTPClient: t.hc, HTTPHeader: t.headers.Clone()})
 	if err != nil {
-		return nil, fmt.Errorf("hybox: attach terminal %s: %w", created.SessionId, err)
+		return nil, fmt.Errorf("hybox: attach terminal %s: %w", created.SessionID, err)
 	}
 	conn.SetReadLimit(2 << 20)
 	pr, pw := io.Pipe()
-	p := &PTY{ID: created.SessionId, t: t, conn: conn, out: pr, done: make(chan struct{})}
+	p := &PTY{ID: created.SessionID, t: t, conn: conn, out: pr, done: make(chan struct{})}
 	go p.pump(pw)
 	return p, nil
-}
-
-// ptyMessage is a text frame of the terminal protocol.
-type ptyMessage struct {
-	Type     string `json:"type"`
-	ExitCode int    `json:"exit_code"`
-	Message  string `json:"message"`
 }
 
 // pump reads frames until the exit frame or an error: output goes to pw.
@@ -103,12 +96,16 @@ func (p *PTY) pump(pw *io.PipeWriter) {
 			}
 			continue
 		}
-		var m ptyMessage
+		var m api.PtyServerMessage
 		if json.Unmarshal(data, &m) != nil {
 			continue
 		}
-		if m.Type == "exit" {
-			finish(m.ExitCode, true, nil)
+		if m.Type == api.PtyServerMessageTypeExit {
+			code := -1
+			if m.ExitCode != nil {
+				code = *m.ExitCode
+			}
+			finish(code, true, nil)
 			return
 		}
 	}
@@ -134,8 +131,8 @@ func (p *PTY) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-func (p *PTY) control(ctx context.Context, v any) error {
-	b, err := json.Marshal(v)
+func (p *PTY) control(ctx context.Context, m api.PtyClientMessage) error {
+	b, err := json.Marshal(m)
 	if err != nil {
 		return err
 	}
@@ -147,7 +144,7 @@ func (p *PTY) control(ctx context.Context, v any) error {
 // # Errors
 // The WebSocket's error.
 func (p *PTY) Resize(ctx context.Context, cols, rows int) error {
-	return p.control(ctx, map[string]any{"type": "resize", "cols": cols, "rows": rows})
+	return p.control(ctx, api.PtyClientMessage{Type: api.PtyClientMessageTypeResize, Cols: cols, Rows: rows})
 }
 
 // Signal sends a signal (such as "SIGINT") to the terminal's foreground
@@ -156,7 +153,7 @@ func (p *PTY) Resize(ctx context.Context, cols, rows int) error {
 // # Errors
 // The WebSocket's error.
 func (p *PTY) Signal(ctx context.Context, signal string) error {
-	return p.control(ctx, map[string]any{"type": "signal", "signal": signal})
+	return p.control(ctx, api.PtyClientMessage{Type: api.PtyClientMessageTypeSignal, Signal: signal})
 }
 
 // Wait waits for the terminal's program to exit and returns its exit

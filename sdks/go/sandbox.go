@@ -39,8 +39,8 @@ type Sandbox struct {
 // An *APIError for a refused request (ErrInvalid for a bad image, timeout
 // or runtime), or a transport error.
 func (c *Client) Create(ctx context.Context, req api.CreateSandboxRequest) (*Sandbox, error) {
-	if req.Image.Uri == "" && req.SnapshotId == "" {
-		req.Image.Uri = "wasm://default"
+	if req.Image.URI == "" && req.SnapshotID == "" {
+		req.Image.URI = "wasm://default"
 	}
 	var info api.Sandbox
 	if err := c.tr.call(ctx, request{method: http.MethodPost, path: "/sandboxes", body: req}, &info); err != nil {
@@ -65,10 +65,10 @@ func (c *Client) Connect(ctx context.Context, id string) (*Sandbox, error) {
 // Sandbox returns a handle on the sandbox id without asking the server
 // anything: the first call through it does. Its Info is empty until
 // Refresh.
-func (c *Client) Sandbox(id string) *Sandbox { return c.handle(api.Sandbox{Id: id}) }
+func (c *Client) Sandbox(id string) *Sandbox { return c.handle(api.Sandbox{ID: id}) }
 
 func (c *Client) handle(info api.Sandbox) *Sandbox {
-	return &Sandbox{c: c, id: info.Id, info: info, ports: map[int]*transport{}}
+	return &Sandbox{c: c, id: info.ID, info: info, ports: map[int]*transport{}}
 }
 
 // Get returns a sandbox's state.

@@ -1,10 +1,6 @@
 package hybox
 
 import (
-	"bufio"
-	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"iter"
@@ -14,129 +10,26 @@ import (
 	"github.com/hybox-dev/hybox/sdks/go/api"
 )
 
-// maxEventBytes bounds one event of a stream.
-const maxEventBytes = 16 << 20
-
 // commandExecError is the ename of the error event of a command that
 // exited with a non-zero code; its evalue is the code.
 const commandExecError = "CommandExecError"
 
-// eventReader parses an execution stream: JSON objects separated by blank
-// lines, each line optionally prefixed with SSE's "data:"; other SSE fields
-// and comments are ignored.
-type eventReader struct {
-	r   *bufio.Reader
-	buf []byte
-}
-
-func newEventReader(r io.Reader) *eventReader {
-	return &eventReader{r: bufio.NewReaderSize(r, 32<<10)}
-}
-
-// next returns the next event, or io.EOF after the last one.
-func (er *eventReader) next() (api.Event, error) {
-	er.buf = er.buf[:0]
-	for {
-		line, err := er.r.ReadSlice('\n')
-		if errors.Is(err, bufio.ErrBufferFull) {
-			// A long line: gather it whole.
-			long := append([]byte(nil), line...)
-			for errors.Is(err, bufio.ErrBufferFull) {
-				line, err = er.r.ReadSlice('\n')
-				long = append(long, line...)
-				if len(long) > maxEventBytes {
-					return api.Event{}, fmt.Errorf("%w: event larger than %d bytes", ErrMalformedEvent, maxEventBytes)
-				}
-			}
-			line = long
-		}
-		if len(line) > 0 {
-			if ev, ok, perr := er.line(bytes.TrimRight(line, "\r\n")); ok || perr != nil {
-				return ev, perr
-			}
-		}
-		if err != nil {
-			if errors.Is(err, io.EOF) && len(bytes.TrimSpace(er.buf)) > 0 {
-				return er.flush()
-			}
-			return api.Event{}, err
-		}
-	}
-}
-
-// line adds one line to the event being read; ok is true when an event is
-// complete.
-func (er *eventReader) line(line []byte) (api.Event, bool, error) {
-	if len(bytes.TrimSpace(line)) == 0 {
-		if len(bytes.TrimSpace(er.buf)) == 0 {
-			return api.Event{}, false, nil
-		}
-		ev, err := er.flush()
-		return ev, true, err
-	}
-	if line[0] == ':' {
-		return api.Event{}, false, nil
-	}
-	payload := line
-	if p, ok := bytes.CutPrefix(line, []byte("data:")); ok {
-		payload, _ = bytes.CutPrefix(p, []byte(" "))
-	} else if name, _, ok := bytes.Cut(line, []byte(":")); ok {
-		switch string(name) {
-		case "event", "id", "retry":
-			return api.Event{}, false, nil
-		}
-	}
-	single := len(er.buf) == 0
-	if !single {
-		er.buf = append(er.buf, '\n')
-	}
-	er.buf = append(er.buf, payload...)
-	if len(er.buf) > maxEventBytes {
-		return api.Event{}, false, fmt.Errorf("%w: event larger than %d bytes", ErrMalformedEvent, maxEventBytes)
-	}
-	// One object per line without blank lines in between: a line that is a
-	// whole object is an event.
-	if t := bytes.TrimSpace(er.buf); single && len(t) > 1 && t[0] == '{' && t[len(t)-1] == '}' && json.Valid(t) {
-		ev, err := er.flush()
-		return ev, true, err
-	}
-	return api.Event{}, false, nil
-}
-
-func (er *eventReader) flush() (api.Event, error) {
-	text := bytes.TrimSpace(er.buf)
-	er.buf = er.buf[:0]
-	var ev api.Event
-	if len(text) == 0 || text[0] != '{' {
-		return ev, fmt.Errorf("%w: %q", ErrMalformedEvent, clip(text))
-	}
-	if err := json.Unmarshal(text, &ev); err != nil {
-		return ev, fmt.Errorf("%w: %v: %q", ErrMalformedEvent, err, clip(text))
-	}
-	return ev, nil
-}
-
-func clip(b []byte) string {
-	if len(b) > 120 {
-		return string(b[:120]) + "…"
-	}
-	return string(b)
-}
-
-// events yields the events of body and closes it when done or when the
-// consumer stops.
+// events yields the events of body, read by the protocol's own stream
+// reader (api.ReadEvents), and closes body when done or when the consumer
+// stops.
 func events(body io.ReadCloser) iter.Seq2[api.Event, error] {
 	return func(yield func(api.Event, error) bool) {
 		defer body.Close()
-		er := newEventReader(body)
-		for {
-			ev, err := er.next()
-			if errors.Is(err, io.EOF) {
-				return
+		stopped := false
+		err := api.ReadEvents(body, func(ev api.Event) bool {
+			if !yield(ev, nil) {
+				stopped = true
+				return false
 			}
-			if !yield(ev, err) || err != nil {
-				return
-			}
+			return true
+		})
+		if err != nil && !stopped {
+			yield(api.Event{}, fmt.Errorf("%w: %w", ErrMalformedEvent, err))
 		}
 	}
 }
@@ -185,7 +78,7 @@ func (h *Handlers) dispatch(ev api.Event) {
 		}
 	case api.EventTypeError:
 		if h.OnError != nil {
-			h.OnError(ev.Error)
+			h.OnError(errorOf(ev))
 		}
 	}
 	if h.OnEvent != nil {
@@ -245,7 +138,7 @@ func (x *Execution) Err() error {
 		return nil
 	}
 	if x.Error == nil {
-		return &ExecutionError{ID: x.ID, ExitCode: x.ExitCode, ExecError: api.ExecError{Ename: "Incomplete"}}
+		return &ExecutionError{ID: x.ID, ExitCode: x.ExitCode, ExecError: api.ExecError{EName: "Incomplete"}}
 	}
 	return &ExecutionError{ID: x.ID, ExitCode: x.ExitCode, ExecError: *x.Error}
 }
@@ -259,10 +152,10 @@ type ExecutionError struct {
 
 // Error returns "ename: evalue".
 func (e *ExecutionError) Error() string {
-	if e.Ename == commandExecError {
-		return "hybox: command exited with code " + e.Evalue
+	if e.EName == commandExecError {
+		return "hybox: command exited with code " + e.EValue
 	}
-	return "hybox: " + e.Ename + ": " + e.Evalue
+	return "hybox: " + e.EName + ": " + e.EValue
 }
 
 // Unwrap returns ErrExitStatus for a command that exited with a non-zero
@@ -270,7 +163,7 @@ func (e *ExecutionError) Error() string {
 // command killed then has both).
 func (e *ExecutionError) Unwrap() []error {
 	var errs []error
-	if e.Ename == commandExecError {
+	if e.EName == commandExecError {
 		errs = append(errs, ErrExitStatus)
 	}
 	if timedOut(e.ExecError) {
@@ -283,7 +176,7 @@ func (e *ExecutionError) Unwrap() []error {
 // limit: ename TimeoutError for code, and for a command (whose ename is
 // always CommandExecError) the server's cause in the traceback.
 func timedOut(e api.ExecError) bool {
-	if e.Ename == "TimeoutError" {
+	if e.EName == "TimeoutError" {
 		return true
 	}
 	for _, l := range e.Traceback {
@@ -306,14 +199,11 @@ func (x *Execution) add(ev api.Event) {
 	case api.EventTypeResult:
 		x.Results = append(x.Results, ev.Results)
 	case api.EventTypeError:
-		e := ev.Error
-		if e.Ename == "" {
-			e.Ename, e.Evalue = "Error", ev.Text
-		}
+		e := errorOf(ev)
 		x.Error = &e
 		x.ExitCode = -1
-		if e.Ename == commandExecError {
-			if n, err := strconv.Atoi(e.Evalue); err == nil {
+		if e.EName == commandExecError {
+			if n, err := strconv.Atoi(e.EValue); err == nil {
 				x.ExitCode = n
 			}
 		}
@@ -325,6 +215,15 @@ func (x *Execution) add(ev api.Event) {
 	if ev.ExecutionCount > 0 {
 		x.ExecutionCount = ev.ExecutionCount
 	}
+}
+
+// errorOf returns the error of an error event (one named "Error" with the
+// event's text when it carries none).
+func errorOf(ev api.Event) api.ExecError {
+	if ev.Error == nil || ev.Error.EName == "" {
+		return api.ExecError{EName: "Error", EValue: ev.Text}
+	}
+	return *ev.Error
 }
 
 // finished reports whether x saw its terminal event.

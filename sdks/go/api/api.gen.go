@@ -5,7 +5,6 @@ package api
 
 import (
 	"encoding/json"
-	"fmt"
 	"time"
 )
 
@@ -47,8 +46,8 @@ const (
 	ErrorCodeUNAUTHORIZED            ErrorCode = "UNAUTHORIZED"
 	ErrorCodeUNAVAILABLE             ErrorCode = "UNAVAILABLE"
 	ErrorCodeUNKNOWNLANGUAGE         ErrorCode = "UNKNOWN_LANGUAGE"
+	ErrorCodeUPGRADEREQUIRED         ErrorCode = "UPGRADE_REQUIRED"
 	ErrorCodeVAULTEXISTS             ErrorCode = "VAULT_EXISTS"
-	ErrorCodeVAULTNOTFOUND           ErrorCode = "VAULT_NOT_FOUND"
 )
 
 // Valid indicates whether the value is a known member of the ErrorCode enum.
@@ -126,9 +125,9 @@ func (e ErrorCode) Valid() bool {
 		return true
 	case ErrorCodeUNKNOWNLANGUAGE:
 		return true
-	case ErrorCodeVAULTEXISTS:
+	case ErrorCodeUPGRADEREQUIRED:
 		return true
-	case ErrorCodeVAULTNOTFOUND:
+	case ErrorCodeVAULTEXISTS:
 		return true
 	default:
 		return false
@@ -168,27 +167,6 @@ func (e EventType) Valid() bool {
 	case EventTypeStderr:
 		return true
 	case EventTypeStdout:
-		return true
-	default:
-		return false
-	}
-}
-
-// Defines values for ExtensionsHyboxIoruntime.
-const (
-	ExtensionsHyboxIoruntimeRunc  ExtensionsHyboxIoruntime = "runc"
-	ExtensionsHyboxIoruntimeRunsc ExtensionsHyboxIoruntime = "runsc"
-	ExtensionsHyboxIoruntimeWasm  ExtensionsHyboxIoruntime = "wasm"
-)
-
-// Valid indicates whether the value is a known member of the ExtensionsHyboxIoruntime enum.
-func (e ExtensionsHyboxIoruntime) Valid() bool {
-	switch e {
-	case ExtensionsHyboxIoruntimeRunc:
-		return true
-	case ExtensionsHyboxIoruntimeRunsc:
-		return true
-	case ExtensionsHyboxIoruntimeWasm:
 		return true
 	default:
 		return false
@@ -302,14 +280,14 @@ func (e PolicyAction) Valid() bool {
 
 // Defines values for PolicyStatusEnforcementMode.
 const (
-	PolicyStatusEnforcementModeDnsNft PolicyStatusEnforcementMode = "dns+nft"
+	PolicyStatusEnforcementModeDNSNft PolicyStatusEnforcementMode = "dns+nft"
 	PolicyStatusEnforcementModeHost   PolicyStatusEnforcementMode = "host"
 )
 
 // Valid indicates whether the value is a known member of the PolicyStatusEnforcementMode enum.
 func (e PolicyStatusEnforcementMode) Valid() bool {
 	switch e {
-	case PolicyStatusEnforcementModeDnsNft:
+	case PolicyStatusEnforcementModeDNSNft:
 		return true
 	case PolicyStatusEnforcementModeHost:
 		return true
@@ -354,6 +332,69 @@ func (e PolicyStatusStatus) Valid() bool {
 	}
 }
 
+// Defines values for PtyClientMessageType.
+const (
+	PtyClientMessageTypePing   PtyClientMessageType = "ping"
+	PtyClientMessageTypeResize PtyClientMessageType = "resize"
+	PtyClientMessageTypeSignal PtyClientMessageType = "signal"
+	PtyClientMessageTypeStdin  PtyClientMessageType = "stdin"
+)
+
+// Valid indicates whether the value is a known member of the PtyClientMessageType enum.
+func (e PtyClientMessageType) Valid() bool {
+	switch e {
+	case PtyClientMessageTypePing:
+		return true
+	case PtyClientMessageTypeResize:
+		return true
+	case PtyClientMessageTypeSignal:
+		return true
+	case PtyClientMessageTypeStdin:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PtyServerMessageMode.
+const (
+	PtyServerMessageModePty PtyServerMessageMode = "pty"
+)
+
+// Valid indicates whether the value is a known member of the PtyServerMessageMode enum.
+func (e PtyServerMessageMode) Valid() bool {
+	switch e {
+	case PtyServerMessageModePty:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PtyServerMessageType.
+const (
+	PtyServerMessageTypeConnected PtyServerMessageType = "connected"
+	PtyServerMessageTypeError     PtyServerMessageType = "error"
+	PtyServerMessageTypeExit      PtyServerMessageType = "exit"
+	PtyServerMessageTypePong      PtyServerMessageType = "pong"
+)
+
+// Valid indicates whether the value is a known member of the PtyServerMessageType enum.
+func (e PtyServerMessageType) Valid() bool {
+	switch e {
+	case PtyServerMessageTypeConnected:
+		return true
+	case PtyServerMessageTypeError:
+		return true
+	case PtyServerMessageTypeExit:
+		return true
+	case PtyServerMessageTypePong:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for SandboxState.
 const (
 	SandboxStateFailed     SandboxState = "Failed"
@@ -392,7 +433,7 @@ func (e SandboxState) Valid() bool {
 
 // Defines values for VaultAuthType.
 const (
-	VaultAuthTypeApiKey        VaultAuthType = "apiKey"
+	VaultAuthTypeAPIKey        VaultAuthType = "apiKey"
 	VaultAuthTypeBasic         VaultAuthType = "basic"
 	VaultAuthTypeBearer        VaultAuthType = "bearer"
 	VaultAuthTypeCustomHeaders VaultAuthType = "customHeaders"
@@ -402,7 +443,7 @@ const (
 // Valid indicates whether the value is a known member of the VaultAuthType enum.
 func (e VaultAuthType) Valid() bool {
 	switch e {
-	case VaultAuthTypeApiKey:
+	case VaultAuthTypeAPIKey:
 		return true
 	case VaultAuthTypeBasic:
 		return true
@@ -435,7 +476,7 @@ func (e ExecdAttachPtyParamsUpgrade) Valid() bool {
 // CodeContext defines model for CodeContext.
 type CodeContext struct {
 	Cwd string `json:"cwd,omitempty,omitzero"`
-	Id  string `json:"id"`
+	ID  string `json:"id"`
 
 	// Language A code language. hybox normalises aliases (`python3`, `py` → `python`; `js`, `node`,
 	// `nodejs` → `javascript`; `ts` → `typescript`; `sh`, `shell`, `command` → `bash`). Which
@@ -459,20 +500,25 @@ type CodeContextRequest struct {
 	Language Language `json:"language"`
 }
 
+// CodeRunContext The context to run in; without `id`, the default context of `language`.
+type CodeRunContext struct {
+	ID string `json:"id,omitempty,omitzero"`
+
+	// Language A code language. hybox normalises aliases (`python3`, `py` → `python`; `js`, `node`,
+	// `nodejs` → `javascript`; `ts` → `typescript`; `sh`, `shell`, `command` → `bash`). Which
+	// ones run depends on the sandbox: wasm sandboxes run `python`, `javascript` and `bash`.
+	//
+	//
+	// Examples: python, javascript, typescript, bash
+	Language Language `json:"language,omitempty,omitzero"`
+}
+
 // CodeRunRequest defines model for CodeRunRequest.
 type CodeRunRequest struct {
-	Code    string `json:"code"`
-	Context struct {
-		Id string `json:"id,omitempty,omitzero"`
+	Code *string `json:"code"`
 
-		// Language A code language. hybox normalises aliases (`python3`, `py` → `python`; `js`, `node`,
-		// `nodejs` → `javascript`; `ts` → `typescript`; `sh`, `shell`, `command` → `bash`). Which
-		// ones run depends on the sandbox: wasm sandboxes run `python`, `javascript` and `bash`.
-		//
-		//
-		// Examples: python, javascript, typescript, bash
-		Language Language `json:"language,omitempty,omitzero"`
-	} `json:"context,omitempty,omitzero"`
+	// Context The context to run in; without `id`, the default context of `language`.
+	Context CodeRunContext `json:"context,omitempty,omitzero"`
 
 	// Language A code language. hybox normalises aliases (`python3`, `py` → `python`; `js`, `node`,
 	// `nodejs` → `javascript`; `ts` → `typescript`; `sh`, `shell`, `command` → `bash`). Which
@@ -500,14 +546,14 @@ type CommandRequest struct {
 	Cwd     string            `json:"cwd,omitempty,omitzero"`
 	Envs    map[string]string `json:"envs,omitempty,omitzero"`
 
-	// Gid Container sandboxes only.
-	Gid int `json:"gid,omitempty,omitzero"`
+	// GID Container sandboxes only.
+	GID *int `json:"gid,omitempty"`
 
 	// Timeout Milliseconds; 0 or absent = the default (10 minutes; background commands run up to the maximum, 24 hours).
 	Timeout int64 `json:"timeout,omitempty,omitzero"`
 
-	// Uid Container sandboxes only.
-	Uid int `json:"uid,omitempty,omitzero"`
+	// UID Container sandboxes only.
+	UID *int `json:"uid,omitempty"`
 }
 
 // CommandStatus defines model for CommandStatus.
@@ -519,7 +565,7 @@ type CommandStatus struct {
 	Error      string     `json:"error,omitempty,omitzero"`
 	ExitCode   *int       `json:"exit_code"`
 	FinishedAt *time.Time `json:"finished_at"`
-	Id         string     `json:"id"`
+	ID         string     `json:"id"`
 	Running    bool       `json:"running"`
 	StartedAt  time.Time  `json:"started_at"`
 }
@@ -529,7 +575,7 @@ type CreateSandboxRequest struct {
 	// CredentialProxy With `enabled`, outbound requests to hosts bound in the sandbox's credential vault get their
 	// credentials injected by the server (docs/egress.md). Needs a `networkPolicy` and a server
 	// vault key.
-	CredentialProxy CredentialProxy `json:"credentialProxy,omitempty,omitzero"`
+	CredentialProxy *CredentialProxy `json:"credentialProxy,omitempty"`
 
 	// Entrypoint The main process of a container sandbox; echoed back for every runtime.
 	Entrypoint []string `json:"entrypoint,omitempty,omitzero"`
@@ -552,29 +598,22 @@ type CreateSandboxRequest struct {
 	// target matches decides; otherwise `defaultAction` (unset = deny). Without a policy a sandbox
 	// is unrestricted. Changed while the sandbox runs through the egress API on the endpoint for
 	// port 18080. At most 4096 rules.
-	NetworkPolicy NetworkPolicy `json:"networkPolicy,omitempty,omitzero"`
-	Platform      Platform      `json:"platform,omitempty,omitzero"`
+	NetworkPolicy *NetworkPolicy `json:"networkPolicy,omitempty"`
+	Platform      Platform       `json:"platform,omitempty,omitzero"`
 
 	// ResourceLimits `cpu` (`500m`, `2`) and `memory` (`512Mi`, `1Gi`) are applied; other keys are stored.
-	ResourceLimits CreateSandboxRequest_ResourceLimits `json:"resourceLimits,omitempty,omitzero"`
+	ResourceLimits map[string]string `json:"resourceLimits,omitempty,omitzero"`
 
 	// SecureAccess Accepted for compatibility; hybox's proxy always requires a credential.
 	SecureAccess bool `json:"secureAccess,omitempty,omitzero"`
 
-	// SnapshotId Accepted by the protocol; hybox answers 400 `NOT_SUPPORTED`.
-	SnapshotId string `json:"snapshotId,omitempty,omitzero"`
+	// SnapshotID Accepted by the protocol; hybox answers 400 `NOT_SUPPORTED`.
+	SnapshotID string `json:"snapshotId,omitempty,omitzero"`
 
 	// Timeout Seconds until the sandbox expires and is deleted: at least 60 and at most the
 	// server's maximum (7 days by default). Absent or null: no expiry, and no `expiresAt`.
 	Timeout *float64 `json:"timeout,omitempty,omitzero"`
 	Volumes []Volume `json:"volumes,omitempty,omitzero"`
-}
-
-// CreateSandboxRequest_ResourceLimits `cpu` (`500m`, `2`) and `memory` (`512Mi`, `1Gi`) are applied; other keys are stored.
-type CreateSandboxRequest_ResourceLimits struct {
-	Cpu                  string            `json:"cpu,omitempty,omitzero"`
-	Memory               string            `json:"memory,omitempty,omitzero"`
-	AdditionalProperties map[string]string `json:"-"`
 }
 
 // CredentialProxy With `enabled`, outbound requests to hosts bound in the sandbox's credential vault get their
@@ -631,7 +670,6 @@ type Error struct {
 	// | `FILE_NOT_FOUND` | 404 | execd: no such file or directory. |
 	// | `CONTEXT_NOT_FOUND` | 404 | execd: no code context with that id. |
 	// | `IMAGE_NOT_FOUND` | 404 | No such image. |
-	// | `VAULT_NOT_FOUND` | 404 | The sandbox's credential vault has not been created. |
 	// | `METHOD_NOT_ALLOWED` | 405 | The path exists but not with that method. |
 	// | `CONFLICT` | 409 | The request conflicts with the object's current state. |
 	// | `INVALID_STATE` | 409 | The sandbox is not in a state that allows the operation (for example resume of a running sandbox). |
@@ -643,6 +681,7 @@ type Error struct {
 	// | `CREDENTIAL_PROXY_DISABLED` | 409 | The sandbox was created without `credentialProxy.enabled`. |
 	// | `PAYLOAD_TOO_LARGE` | 413 | The body or an upload exceeds the server's cap. |
 	// | `INVALID_RANGE` | 416 | execd: the `Range` cannot be satisfied by the file. |
+	// | `UPGRADE_REQUIRED` | 426 | execd: a WebSocket handshake with a version other than 13. |
 	// | `TOO_MANY_EXECUTIONS` | 429 | Too many executions at once on this server; retry after `Retry-After` seconds. |
 	// | `INTERNAL_ERROR` | 500 | A failure inside the server; the message is fixed and the details are logged. |
 	// | `SANDBOX_UNREACHABLE` | 502 | The sandbox's port (or its execd) did not answer. |
@@ -677,7 +716,6 @@ type Error struct {
 // | `FILE_NOT_FOUND` | 404 | execd: no such file or directory. |
 // | `CONTEXT_NOT_FOUND` | 404 | execd: no code context with that id. |
 // | `IMAGE_NOT_FOUND` | 404 | No such image. |
-// | `VAULT_NOT_FOUND` | 404 | The sandbox's credential vault has not been created. |
 // | `METHOD_NOT_ALLOWED` | 405 | The path exists but not with that method. |
 // | `CONFLICT` | 409 | The request conflicts with the object's current state. |
 // | `INVALID_STATE` | 409 | The sandbox is not in a state that allows the operation (for example resume of a running sandbox). |
@@ -689,6 +727,7 @@ type Error struct {
 // | `CREDENTIAL_PROXY_DISABLED` | 409 | The sandbox was created without `credentialProxy.enabled`. |
 // | `PAYLOAD_TOO_LARGE` | 413 | The body or an upload exceeds the server's cap. |
 // | `INVALID_RANGE` | 416 | execd: the `Range` cannot be satisfied by the file. |
+// | `UPGRADE_REQUIRED` | 426 | execd: a WebSocket handshake with a version other than 13. |
 // | `TOO_MANY_EXECUTIONS` | 429 | Too many executions at once on this server; retry after `Retry-After` seconds. |
 // | `INTERNAL_ERROR` | 500 | A failure inside the server; the message is fixed and the details are logged. |
 // | `SANDBOX_UNREACHABLE` | 502 | The sandbox's port (or its execd) did not answer. |
@@ -699,7 +738,7 @@ type ErrorCode string
 
 // Event One event of a command or code stream.
 type Event struct {
-	Error ExecError `json:"error,omitempty,omitzero"`
+	Error *ExecError `json:"error,omitempty"`
 
 	// ExecutionCount The context's execution counter (code runs); absent when 0.
 	ExecutionCount int `json:"execution_count,omitempty,omitzero"`
@@ -726,13 +765,13 @@ type EventType string
 
 // ExecError defines model for ExecError.
 type ExecError struct {
-	// Ename The exception's name; `CommandExecError` for a command that exited non-zero (or was
+	// EName The exception's name; `CommandExecError` for a command that exited non-zero (or was
 	// stopped), `TimeoutError`, `KeyboardInterrupt`, `OutputLimitExceeded` and
 	// `RuntimeError` for executions hybox stopped.
-	Ename string `json:"ename"`
+	EName string `json:"ename"`
 
-	// Evalue The exception's value; for `CommandExecError` the exit code as a string.
-	Evalue    string   `json:"evalue"`
+	// EValue The exception's value; for `CommandExecError` the exit code as a string.
+	EValue    string   `json:"evalue"`
 	Traceback []string `json:"traceback"`
 }
 
@@ -740,13 +779,7 @@ type ExecError struct {
 // picks the runtime: `wasm` (in-process WebAssembly: python, javascript, bash built-ins;
 // no ports, no PTY, no host volumes), `runc` (OCI container) or `runsc` (OCI container
 // under gVisor). An unknown or unavailable runtime is a 400.
-type Extensions struct {
-	HyboxIoruntime       ExtensionsHyboxIoruntime `json:"hybox.io/runtime,omitempty,omitzero"`
-	AdditionalProperties map[string]string        `json:"-"`
-}
-
-// ExtensionsHyboxIoruntime defines model for Extensions.HyboxIoruntime.
-type ExtensionsHyboxIoruntime string
+type Extensions = map[string]string
 
 // FileInfo defines model for FileInfo.
 type FileInfo struct {
@@ -771,7 +804,7 @@ type FileInfoType string
 // includes setuid. A string of digits is accepted too; 0 or null means "not given".
 //
 // Examples: 644, 755
-type FileMode = json.RawMessage
+type FileMode = Mode
 
 // Health defines model for Health.
 type Health struct {
@@ -805,12 +838,12 @@ type ImageSpec struct {
 	// Auth Registry credentials for pulling the image. Never returned.
 	Auth ImageAuth `json:"auth,omitempty,omitzero"`
 
-	// Uri An image reference (`python:3.12`, `docker.io/library/node:22`) or a wasm image
+	// URI An image reference (`python:3.12`, `docker.io/library/node:22`) or a wasm image
 	// (`wasm://default`).
 	//
 	//
 	// Examples: wasm://default, python:3.12
-	Uri string `json:"uri"`
+	URI string `json:"uri"`
 }
 
 // Language A code language. hybox normalises aliases (`python3`, `py` → `python`; `js`, `node`,
@@ -828,27 +861,24 @@ type ListSandboxesResponse struct {
 
 // Metadata User labels. Keys are non-empty, at most 253 characters, and may not start with the
 // reserved prefix `opensandbox.io/`.
-type Metadata map[string]string
+type Metadata = map[string]string
 
 // MetadataPatch A string sets a key; null deletes it.
 type MetadataPatch = map[string]*string
 
 // Metrics defines model for Metrics.
 type Metrics struct {
-	CpuCount    float32 `json:"cpu_count"`
-	CpuUsedPct  float32 `json:"cpu_used_pct"`
-	MemTotalMib float32 `json:"mem_total_mib"`
-	MemUsedMib  float32 `json:"mem_used_mib"`
+	CPUCount    float64 `json:"cpu_count"`
+	CPUUsedPct  float64 `json:"cpu_used_pct"`
+	MemTotalMiB float64 `json:"mem_total_mib"`
+	MemUsedMiB  float64 `json:"mem_used_mib"`
 
 	// Timestamp Unix time in milliseconds.
 	Timestamp int64 `json:"timestamp"`
 }
 
 // MimeBundle A value by MIME type; `text/plain` is sent as `text`.
-type MimeBundle struct {
-	Text                 string            `json:"text,omitempty,omitzero"`
-	AdditionalProperties map[string]string `json:"-"`
-}
+type MimeBundle = map[string]string
 
 // MoveItem defines model for MoveItem.
 type MoveItem struct {
@@ -940,9 +970,29 @@ type PolicyStatusMode string
 // PolicyStatusStatus defines model for PolicyStatus.Status.
 type PolicyStatusStatus string
 
+// PtyClientMessage A text (JSON) frame from the client on the PTY WebSocket. Binary frames carry input
+// too: the byte 0x00 followed by the bytes to write.
+type PtyClientMessage struct {
+	// Cols `resize`.
+	Cols int `json:"cols,omitempty,omitzero"`
+
+	// Data `stdin`: the text to write.
+	Data string `json:"data,omitempty,omitzero"`
+
+	// Rows `resize`.
+	Rows int `json:"rows,omitempty,omitzero"`
+
+	// Signal `signal`: a name such as `SIGINT` or `INT`.
+	Signal string               `json:"signal,omitempty,omitzero"`
+	Type   PtyClientMessageType `json:"type"`
+}
+
+// PtyClientMessageType defines model for PtyClientMessage.Type.
+type PtyClientMessageType string
+
 // PtyCreated defines model for PtyCreated.
 type PtyCreated struct {
-	SessionId string `json:"session_id"`
+	SessionID string `json:"session_id"`
 }
 
 // PtyRequest defines model for PtyRequest.
@@ -962,12 +1012,31 @@ type PtyRequest struct {
 	Rows int `json:"rows,omitempty,omitzero"`
 }
 
+// PtyServerMessage A text (JSON) frame from the server on the PTY WebSocket: `connected` first, `pong` for a
+// `ping`, `error` for a client frame it could not use (the terminal goes on), `exit` last. Output travels in binary frames whose first byte is the channel
+// (0x01 stdout, 0x02 stderr, 0x03 replay of what was written before this client attached).
+type PtyServerMessage struct {
+	ExitCode *int `json:"exit_code,omitempty"`
+
+	// Message `error`: what was wrong with the client's frame.
+	Message   string               `json:"message,omitempty,omitzero"`
+	Mode      PtyServerMessageMode `json:"mode,omitempty,omitzero"`
+	SessionID string               `json:"session_id,omitempty,omitzero"`
+	Type      PtyServerMessageType `json:"type"`
+}
+
+// PtyServerMessageMode defines model for PtyServerMessage.Mode.
+type PtyServerMessageMode string
+
+// PtyServerMessageType defines model for PtyServerMessage.Type.
+type PtyServerMessageType string
+
 // PtyStatus defines model for PtyStatus.
 type PtyStatus struct {
 	// ExitCode Present once the program exited.
-	ExitCode  int    `json:"exit_code,omitempty,omitzero"`
+	ExitCode  *int   `json:"exit_code,omitempty"`
 	Running   bool   `json:"running"`
-	SessionId string `json:"session_id"`
+	SessionID string `json:"session_id"`
 }
 
 // PullImageRequest defines model for PullImageRequest.
@@ -1000,7 +1069,7 @@ type ReplaceResult struct {
 
 // RunRequest defines model for RunRequest.
 type RunRequest struct {
-	Code string `json:"code"`
+	Code *string `json:"code"`
 
 	// Language A code language. hybox normalises aliases (`python3`, `py` → `python`; `js`, `node`,
 	// `nodejs` → `javascript`; `ts` → `typescript`; `sh`, `shell`, `command` → `bash`). Which
@@ -1012,7 +1081,7 @@ type RunRequest struct {
 
 	// NetworkPolicy Without it the code has no network. With it, the code's HTTP(S) requests (Python's
 	// urllib and http.client, JavaScript's fetch) are made by the host under this policy.
-	NetworkPolicy NetworkPolicy `json:"networkPolicy,omitempty,omitzero"`
+	NetworkPolicy *NetworkPolicy `json:"networkPolicy,omitempty"`
 
 	// TimeoutMs Wall-clock limit in milliseconds; 0 or absent = the server's default (10 minutes).
 	TimeoutMs int64 `json:"timeoutMs,omitempty,omitzero"`
@@ -1020,13 +1089,13 @@ type RunRequest struct {
 
 // RunResult defines model for RunResult.
 type RunResult struct {
-	Error ExecError `json:"error"`
+	Error *ExecError `json:"error"`
 
 	// ExecutionTime Milliseconds; 0 when the execution failed.
 	ExecutionTime int64 `json:"executionTime"`
 
-	// Id The execution id.
-	Id      string       `json:"id"`
+	// ID The execution id.
+	ID      string       `json:"id"`
 	Results []MimeBundle `json:"results"`
 	Stderr  string       `json:"stderr"`
 	Stdout  string       `json:"stdout"`
@@ -1045,14 +1114,14 @@ type Sandbox struct {
 	// no ports, no PTY, no host volumes), `runc` (OCI container) or `runsc` (OCI container
 	// under gVisor). An unknown or unavailable runtime is a 400.
 	Extensions Extensions `json:"extensions,omitempty,omitzero"`
-	Id         string     `json:"id"`
+	ID         string     `json:"id"`
 	Image      ImageSpec  `json:"image"`
 
 	// Metadata User labels. Keys are non-empty, at most 253 characters, and may not start with the
 	// reserved prefix `opensandbox.io/`.
 	Metadata   Metadata      `json:"metadata"`
 	Platform   Platform      `json:"platform,omitempty,omitzero"`
-	SnapshotId string        `json:"snapshotId,omitempty,omitzero"`
+	SnapshotID string        `json:"snapshotId,omitempty,omitzero"`
 	Status     SandboxStatus `json:"status"`
 }
 
@@ -1071,9 +1140,9 @@ type SandboxStatus struct {
 
 // SessionCreated defines model for SessionCreated.
 type SessionCreated struct {
-	// Id The same as `session_id`.
-	Id        string `json:"id"`
-	SessionId string `json:"session_id"`
+	// ID The same as `session_id`.
+	ID        string `json:"id"`
+	SessionID string `json:"session_id"`
 }
 
 // SessionRequest defines model for SessionRequest.
@@ -1273,13 +1342,13 @@ type Volume struct {
 	Name      string `json:"name,omitempty,omitzero"`
 
 	// Pvc Not supported (400 `NOT_SUPPORTED`).
-	Pvc      interface{} `json:"pvc,omitempty,omitzero"`
-	ReadOnly bool        `json:"readOnly,omitempty,omitzero"`
-	SubPath  string      `json:"subPath,omitempty,omitzero"`
+	Pvc      json.RawMessage `json:"pvc,omitempty,omitzero"`
+	ReadOnly bool            `json:"readOnly,omitempty,omitzero"`
+	SubPath  string          `json:"subPath,omitempty,omitzero"`
 }
 
-// ExecdId defines model for ExecdId.
-type ExecdId = string
+// ExecdID defines model for ExecdId.
+type ExecdID = string
 
 // Path defines model for Path.
 type Path = string
@@ -1290,8 +1359,8 @@ type Paths = []string
 // Port defines model for Port.
 type Port = int
 
-// SandboxId defines model for SandboxId.
-type SandboxId = string
+// SandboxID defines model for SandboxId.
+type SandboxID = string
 
 // VaultName defines model for VaultName.
 type VaultName = string
@@ -1430,8 +1499,8 @@ type Unavailable = Error
 
 // ExecdInterruptCodeParams defines parameters for ExecdInterruptCode.
 type ExecdInterruptCodeParams struct {
-	// Id A context id or an execution id (the text of an `init` event).
-	Id string `form:"id" json:"id"`
+	// ID A context id or an execution id (the text of an `init` event).
+	ID string `form:"id" json:"id"`
 }
 
 // ExecdDeleteContextsByLanguageParams defines parameters for ExecdDeleteContextsByLanguage.
@@ -1447,8 +1516,8 @@ type ExecdListContextsParams struct {
 
 // ExecdInterruptCommandParams defines parameters for ExecdInterruptCommand.
 type ExecdInterruptCommandParams struct {
-	// Id The command id (the text of its `init` event).
-	Id string `form:"id" json:"id"`
+	// ID The command id (the text of its `init` event).
+	ID string `form:"id" json:"id"`
 }
 
 // ExecdCommandLogsParams defines parameters for ExecdCommandLogs.
@@ -1659,214 +1728,3 @@ type ExecdCreateSessionJSONRequestBody = SessionRequest
 
 // ExecdRunInSessionJSONRequestBody defines body for ExecdRunInSession for application/json ContentType.
 type ExecdRunInSessionJSONRequestBody = SessionRunRequest
-
-// Getter for additional properties for CreateSandboxRequest_ResourceLimits. Returns the specified
-// element and whether it was found
-func (a CreateSandboxRequest_ResourceLimits) Get(fieldName string) (value string, found bool) {
-	if a.AdditionalProperties != nil {
-		value, found = a.AdditionalProperties[fieldName]
-	}
-	return
-}
-
-// Setter for additional properties for CreateSandboxRequest_ResourceLimits
-func (a *CreateSandboxRequest_ResourceLimits) Set(fieldName string, value string) {
-	if a.AdditionalProperties == nil {
-		a.AdditionalProperties = make(map[string]string)
-	}
-	a.AdditionalProperties[fieldName] = value
-}
-
-// Override default JSON handling for CreateSandboxRequest_ResourceLimits to handle AdditionalProperties
-func (a *CreateSandboxRequest_ResourceLimits) UnmarshalJSON(b []byte) error {
-	object := make(map[string]json.RawMessage)
-	err := json.Unmarshal(b, &object)
-	if err != nil {
-		return err
-	}
-
-	if raw, found := object["cpu"]; found {
-		err = json.Unmarshal(raw, &a.Cpu)
-		if err != nil {
-			return fmt.Errorf("error reading 'cpu': %w", err)
-		}
-		delete(object, "cpu")
-	}
-
-	if raw, found := object["memory"]; found {
-		err = json.Unmarshal(raw, &a.Memory)
-		if err != nil {
-			return fmt.Errorf("error reading 'memory': %w", err)
-		}
-		delete(object, "memory")
-	}
-
-	if len(object) != 0 {
-		a.AdditionalProperties = make(map[string]string)
-		for fieldName, fieldBuf := range object {
-			var fieldVal string
-			err := json.Unmarshal(fieldBuf, &fieldVal)
-			if err != nil {
-				return fmt.Errorf("error unmarshaling field %s: %w", fieldName, err)
-			}
-			a.AdditionalProperties[fieldName] = fieldVal
-		}
-	}
-	return nil
-}
-
-// Override default JSON handling for CreateSandboxRequest_ResourceLimits to handle AdditionalProperties
-func (a CreateSandboxRequest_ResourceLimits) MarshalJSON() ([]byte, error) {
-	var err error
-	object := make(map[string]json.RawMessage)
-
-	object["cpu"], err = json.Marshal(a.Cpu)
-	if err != nil {
-		return nil, fmt.Errorf("error marshaling 'cpu': %w", err)
-	}
-
-	object["memory"], err = json.Marshal(a.Memory)
-	if err != nil {
-		return nil, fmt.Errorf("error marshaling 'memory': %w", err)
-	}
-
-	for fieldName, field := range a.AdditionalProperties {
-		object[fieldName], err = json.Marshal(field)
-		if err != nil {
-			return nil, fmt.Errorf("error marshaling '%s': %w", fieldName, err)
-		}
-	}
-	return json.Marshal(object)
-}
-
-// Getter for additional properties for Extensions. Returns the specified
-// element and whether it was found
-func (a Extensions) Get(fieldName string) (value string, found bool) {
-	if a.AdditionalProperties != nil {
-		value, found = a.AdditionalProperties[fieldName]
-	}
-	return
-}
-
-// Setter for additional properties for Extensions
-func (a *Extensions) Set(fieldName string, value string) {
-	if a.AdditionalProperties == nil {
-		a.AdditionalProperties = make(map[string]string)
-	}
-	a.AdditionalProperties[fieldName] = value
-}
-
-// Override default JSON handling for Extensions to handle AdditionalProperties
-func (a *Extensions) UnmarshalJSON(b []byte) error {
-	object := make(map[string]json.RawMessage)
-	err := json.Unmarshal(b, &object)
-	if err != nil {
-		return err
-	}
-
-	if raw, found := object["hybox.io/runtime"]; found {
-		err = json.Unmarshal(raw, &a.HyboxIoruntime)
-		if err != nil {
-			return fmt.Errorf("error reading 'hybox.io/runtime': %w", err)
-		}
-		delete(object, "hybox.io/runtime")
-	}
-
-	if len(object) != 0 {
-		a.AdditionalProperties = make(map[string]string)
-		for fieldName, fieldBuf := range object {
-			var fieldVal string
-			err := json.Unmarshal(fieldBuf, &fieldVal)
-			if err != nil {
-				return fmt.Errorf("error unmarshaling field %s: %w", fieldName, err)
-			}
-			a.AdditionalProperties[fieldName] = fieldVal
-		}
-	}
-	return nil
-}
-
-// Override default JSON handling for Extensions to handle AdditionalProperties
-func (a Extensions) MarshalJSON() ([]byte, error) {
-	var err error
-	object := make(map[string]json.RawMessage)
-
-	object["hybox.io/runtime"], err = json.Marshal(a.HyboxIoruntime)
-	if err != nil {
-		return nil, fmt.Errorf("error marshaling 'hybox.io/runtime': %w", err)
-	}
-
-	for fieldName, field := range a.AdditionalProperties {
-		object[fieldName], err = json.Marshal(field)
-		if err != nil {
-			return nil, fmt.Errorf("error marshaling '%s': %w", fieldName, err)
-		}
-	}
-	return json.Marshal(object)
-}
-
-// Getter for additional properties for MimeBundle. Returns the specified
-// element and whether it was found
-func (a MimeBundle) Get(fieldName string) (value string, found bool) {
-	if a.AdditionalProperties != nil {
-		value, found = a.AdditionalProperties[fieldName]
-	}
-	return
-}
-
-// Setter for additional properties for MimeBundle
-func (a *MimeBundle) Set(fieldName string, value string) {
-	if a.AdditionalProperties == nil {
-		a.AdditionalProperties = make(map[string]string)
-	}
-	a.AdditionalProperties[fieldName] = value
-}
-
-// Override default JSON handling for MimeBundle to handle AdditionalProperties
-func (a *MimeBundle) UnmarshalJSON(b []byte) error {
-	object := make(map[string]json.RawMessage)
-	err := json.Unmarshal(b, &object)
-	if err != nil {
-		return err
-	}
-
-	if raw, found := object["text"]; found {
-		err = json.Unmarshal(raw, &a.Text)
-		if err != nil {
-			return fmt.Errorf("error reading 'text': %w", err)
-		}
-		delete(object, "text")
-	}
-
-	if len(object) != 0 {
-		a.AdditionalProperties = make(map[string]string)
-		for fieldName, fieldBuf := range object {
-			var fieldVal string
-			err := json.Unmarshal(fieldBuf, &fieldVal)
-			if err != nil {
-				return fmt.Errorf("error unmarshaling field %s: %w", fieldName, err)
-			}
-			a.AdditionalProperties[fieldName] = fieldVal
-		}
-	}
-	return nil
-}
-
-// Override default JSON handling for MimeBundle to handle AdditionalProperties
-func (a MimeBundle) MarshalJSON() ([]byte, error) {
-	var err error
-	object := make(map[string]json.RawMessage)
-
-	object["text"], err = json.Marshal(a.Text)
-	if err != nil {
-		return nil, fmt.Errorf("error marshaling 'text': %w", err)
-	}
-
-	for fieldName, field := range a.AdditionalProperties {
-		object[fieldName], err = json.Marshal(field)
-		if err != nil {
-			return nil, fmt.Errorf("error marshaling '%s': %w", fieldName, err)
-		}
-	}
-	return json.Marshal(object)
-}

@@ -23,6 +23,7 @@ package errdefs
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -56,6 +57,9 @@ var (
 	ErrTooLarge = errors.New("payload too large")
 	// ErrRange: a byte range that the file cannot satisfy (416).
 	ErrRange = errors.New("range not satisfiable")
+	// ErrUpgradeRequired: the client must switch protocols (a WebSocket
+	// version this server does not speak) (426).
+	ErrUpgradeRequired = errors.New("upgrade required")
 	// ErrRateLimited: too much at once; retry after a while (429).
 	ErrRateLimited = errors.New("rate limited")
 	// ErrInternal: a bug or an unexpected failure inside the server (500).
@@ -79,6 +83,7 @@ var kindStatus = map[error]int{
 	ErrConflict:         http.StatusConflict,
 	ErrTooLarge:         http.StatusRequestEntityTooLarge,
 	ErrRange:            http.StatusRequestedRangeNotSatisfiable,
+	ErrUpgradeRequired:  http.StatusUpgradeRequired,
 	ErrRateLimited:      http.StatusTooManyRequests,
 	ErrInternal:         http.StatusInternalServerError,
 	ErrUnreachable:      http.StatusBadGateway,
@@ -98,6 +103,7 @@ var kindCode = map[error]api.ErrorCode{
 	ErrConflict:         api.ErrorCodeCONFLICT,
 	ErrTooLarge:         api.ErrorCodePAYLOADTOOLARGE,
 	ErrRange:            api.ErrorCodeINVALIDRANGE,
+	ErrUpgradeRequired:  api.ErrorCodeUPGRADEREQUIRED,
 	ErrRateLimited:      api.ErrorCodeTOOMANYEXECUTIONS,
 	ErrInternal:         api.ErrorCodeINTERNALERROR,
 	ErrUnreachable:      api.ErrorCodeSANDBOXUNREACHABLE,
@@ -128,7 +134,6 @@ var codes = map[api.ErrorCode]error{
 	api.ErrorCodeFILENOTFOUND:            ErrNotFound,
 	api.ErrorCodeCONTEXTNOTFOUND:         ErrNotFound,
 	api.ErrorCodeIMAGENOTFOUND:           ErrNotFound,
-	api.ErrorCodeVAULTNOTFOUND:           ErrNotFound,
 	api.ErrorCodeMETHODNOTALLOWED:        ErrMethodNotAllowed,
 	api.ErrorCodeCONFLICT:                ErrConflict,
 	api.ErrorCodeINVALIDSTATE:            ErrConflict,
@@ -140,11 +145,12 @@ var codes = map[api.ErrorCode]error{
 	api.ErrorCodeCREDENTIALPROXYDISABLED: ErrConflict,
 	api.ErrorCodePAYLOADTOOLARGE:         ErrTooLarge,
 	api.ErrorCodeINVALIDRANGE:            ErrRange,
+	api.ErrorCodeUPGRADEREQUIRED:         ErrUpgradeRequired,
 	api.ErrorCodeTOOMANYEXECUTIONS:       ErrRateLimited,
 	api.ErrorCodeINTERNALERROR:           ErrInternal,
-	api.ErrorCodeRUNTIMEERROR:            ErrInternal,
 	api.ErrorCodeSANDBOXUNREACHABLE:      ErrUnreachable,
 	api.ErrorCodeUNAVAILABLE:             ErrUnavailable,
+	api.ErrorCodeRUNTIMEERROR:            ErrUnavailable,
 	api.ErrorCodeTIMEOUT:                 ErrTimeout,
 }
 
@@ -215,7 +221,7 @@ func (e *Error) Is(target error) bool {
 // kinds in the order HTTP looks for them.
 var kindOrder = []error{
 	ErrInvalid, ErrNotSupported, ErrUnauthorized, ErrForbidden, ErrNotFound, ErrMethodNotAllowed,
-	ErrConflict, ErrTooLarge, ErrRange, ErrRateLimited, ErrUnreachable, ErrUnavailable, ErrTimeout,
+	ErrConflict, ErrTooLarge, ErrRange, ErrUpgradeRequired, ErrRateLimited, ErrUnreachable, ErrUnavailable, ErrTimeout,
 	ErrInternal,
 }
 
@@ -232,9 +238,12 @@ var fixed5xx = map[error]string{
 // the one place where errors become statuses: every surface (lifecycle,
 // execd, egress, ingress) answers through it.
 //
-// An *Error in the chain decides the code and the message. Otherwise a kind
-// in the chain decides the code (its default code) and, for 4xx, the
-// message is err's text, which names what was wrong. Standard errors are
+// An *Error in the chain decides the code. Otherwise a kind in the chain
+// decides the code (its default code). With an *Error in the chain the
+// message is err's whole text (the context wrapped around it names what was
+// wrong), except for 500, which gets only the *Error's own message; a bare
+// kind gives its text for 4xx and a fixed text for 5xx. Code that wraps a
+// coded 5xx must therefore not put an internal error's text into it. Standard errors are
 // understood too: fs.ErrNotExist is FILE_NOT_FOUND, fs.ErrExist
 // FILE_EXISTS, fs.ErrPermission PERMISSION_DENIED, a context deadline
 // TIMEOUT. Anything else is 500 INTERNAL_ERROR. A 5xx body never carries
@@ -242,10 +251,15 @@ var fixed5xx = map[error]string{
 func HTTP(err error) (int, api.Error) {
 	var e *Error
 	if errors.As(err, &e) {
-		if k, ok := codes[e.Code]; ok {
-			return kindStatus[k], api.Error{Code: e.Code, Message: e.Message}
+		k, ok := codes[e.Code]
+		if !ok {
+			return http.StatusInternalServerError, api.Error{Code: api.ErrorCodeINTERNALERROR, Message: fixed5xx[ErrInternal]}
 		}
-		return http.StatusInternalServerError, api.Error{Code: api.ErrorCodeINTERNALERROR, Message: fixed5xx[ErrInternal]}
+		status, msg := kindStatus[k], err.Error()
+		if status == http.StatusInternalServerError {
+			msg = e.Message
+		}
+		return status, api.Error{Code: e.Code, Message: msg}
 	}
 	code, kind := api.ErrorCode(""), error(nil)
 	for _, k := range kindOrder {
@@ -328,4 +342,18 @@ func statusKind(status int) error {
 func Retryable(err error) bool {
 	return errors.Is(err, ErrRateLimited) || errors.Is(err, ErrUnavailable) ||
 		errors.Is(err, ErrUnreachable) || errors.Is(err, ErrTimeout)
+}
+
+// Write answers an HTTP request with err: the status and the JSON body
+// {code, message} that HTTP gives it. Handlers outside a framework call
+// it; it is HTTP's companion for net/http.
+func Write(w http.ResponseWriter, err error) {
+	status, body := HTTP(err)
+	b, _ := json.Marshal(body)
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Del("Content-Length")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
 }

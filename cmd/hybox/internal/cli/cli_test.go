@@ -154,7 +154,7 @@ func TestSandboxCreate(t *testing.T) {
 	sb, err := c.Connect(ctx, id)
 	require.NoError(t, err, "stdout %q", r.stdout)
 	info := sb.Info()
-	assert.Equal(t, "wasm://default", info.Image.Uri)
+	assert.Equal(t, "wasm://default", info.Image.URI)
 	assert.Equal(t, "ml", info.Metadata["team"])
 	assert.InDelta(t, 600, info.ExpiresAt.Sub(info.CreatedAt).Seconds(), 2)
 	x, err := sb.Exec(ctx, hybox.Command{Command: "echo $A $B"}, nil)
@@ -215,7 +215,7 @@ func TestSandboxListGet(t *testing.T) {
 	r.check(t, 0)
 	var sb api.Sandbox
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &sb), r.stdout)
-	assert.Equal(t, a, sb.Id)
+	assert.Equal(t, a, sb.ID)
 	assert.Equal(t, api.SandboxStateRunning, sb.Status.State)
 }
 

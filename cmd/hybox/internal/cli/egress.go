@@ -74,12 +74,10 @@ func (p *policyFlags) registerRules(cmd *cobra.Command) {
 // sandbox unrestricted.
 func (p *policyFlags) apply(a *app, cmd *cobra.Command, req *api.CreateSandboxRequest) error {
 	if p.credProxy {
-		req.CredentialProxy = api.CredentialProxy{Enabled: true}
+		req.CredentialProxy = &api.CredentialProxy{Enabled: true}
 	}
 	np, err := p.policy(a, cmd)
-	if np != nil {
-		req.NetworkPolicy = *np
-	}
+	req.NetworkPolicy = np
 	return err
 }
 

@@ -141,19 +141,15 @@ func (a *app) newRunCmd() *cobra.Command {
 			h := &hybox.Handlers{OnEvent: a.printCodeEvent}
 			var x *hybox.Execution
 			if sandboxID == "" {
-				req := api.RunRequest{Language: language, Code: code, TimeoutMs: timeout.d.Milliseconds()}
-				if np != nil {
-					req.NetworkPolicy = *np
-				}
-				x, err = c.Run(ctx, req, h)
+				x, err = c.Run(ctx, api.RunRequest{Language: language, Code: &code, TimeoutMs: timeout.d.Milliseconds(), NetworkPolicy: np}, h)
 			} else {
 				if timeout.d > 0 {
 					var cancel context.CancelFunc
 					ctx, cancel = context.WithTimeout(ctx, timeout.d)
 					defer cancel()
 				}
-				var req hybox.Code
-				req.Code, req.Context.Id, req.Context.Language = code, contextID, language
+				req := hybox.CodeOf(language, code)
+				req.Context.ID = contextID
 				x, err = c.Sandbox(sandboxID).RunCode(ctx, req, h)
 			}
 			if err != nil {
@@ -221,8 +217,8 @@ func (a *app) printCodeEvent(ev api.Event) {
 			io.WriteString(a.env.Stdout, s)
 			return
 		}
-		kinds := make([]string, 0, len(ev.Results.AdditionalProperties))
-		for k := range ev.Results.AdditionalProperties {
+		kinds := make([]string, 0, len(ev.Results))
+		for k := range ev.Results {
 			kinds = append(kinds, k)
 		}
 		sort.Strings(kinds)
@@ -233,10 +229,10 @@ func (a *app) printCodeEvent(ev api.Event) {
 // resultText returns the plain-text form of a result ("text", or
 // "text/plain" from servers that do not rename it).
 func resultText(r api.MimeBundle) (string, bool) {
-	if r.Text != "" {
-		return r.Text, true
+	if s, ok := r["text"]; ok {
+		return s, true
 	}
-	s, ok := r.AdditionalProperties["text/plain"]
+	s, ok := r["text/plain"]
 	return s, ok
 }
 
@@ -248,5 +244,5 @@ func (a *app) printTraceback(e *api.ExecError) {
 		}
 		return
 	}
-	fmt.Fprintln(a.env.Stderr, e.Ename+": "+e.Evalue)
+	fmt.Fprintln(a.env.Stderr, e.EName+": "+e.EValue)
 }

@@ -110,7 +110,7 @@ func TestRun(t *testing.T) {
 		{name: "from stdin", stdin: "print('piped')", args: []string{"run", "-"}, stdout: "piped\n"},
 		{name: "in a sandbox", args: []string{"run", "--sandbox", id, "x = 2"}},
 		{name: "the sandbox's default context keeps state", args: []string{"run", "--sandbox", id, "print(x)"}, stdout: "2\n"},
-		{name: "in a context", args: []string{"run", "--sandbox", id, "--context", cc.Id, "-f", "-"}, stdin: "y = 5\ny * 2", stdout: "10\n"},
+		{name: "in a context", args: []string{"run", "--sandbox", id, "--context", cc.ID, "-f", "-"}, stdin: "y = 5\ny * 2", stdout: "10\n"},
 		{name: "sandbox traceback", args: []string{"run", "--sandbox", id, "print('before')\nraise ValueError('boom')"}, code: 1, stdout: "before\n"},
 		{name: "sandbox timeout", args: []string{"run", "--sandbox", id, "--timeout", "300ms", "import time\ntime.sleep(10)"}, code: 1,
 			stderr: "error: timed out after 300ms\n"},

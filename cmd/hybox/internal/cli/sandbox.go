@@ -52,7 +52,7 @@ func (a *app) newCreateCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			req := api.CreateSandboxRequest{Image: api.ImageSpec{Uri: image}}
+			req := api.CreateSandboxRequest{Image: api.ImageSpec{URI: image}}
 			if timeout.d > 0 {
 				if timeout.d < time.Minute {
 					return usagef(cmd, "--timeout must be at least 60 seconds (or 0 for no expiry)")
@@ -72,10 +72,16 @@ func (a *app) newCreateCmd() *cobra.Command {
 				if !contains(runtimeNames, runtime) {
 					return usagef(cmd, "--runtime %q: want one of %s", runtime, strings.Join(runtimeNames, ", "))
 				}
-				req.Extensions = api.Extensions{HyboxIoruntime: api.ExtensionsHyboxIoruntime(runtime)}
+				req.Extensions = api.Extensions{hybox.RuntimeExtension: runtime}
 			}
 			if memory != "" || cpu != "" {
-				req.ResourceLimits = api.CreateSandboxRequest_ResourceLimits{Memory: memory, Cpu: cpu}
+				req.ResourceLimits = map[string]string{}
+				if memory != "" {
+					req.ResourceLimits["memory"] = memory
+				}
+				if cpu != "" {
+					req.ResourceLimits["cpu"] = cpu
+				}
 			}
 			if err := policy.apply(a, cmd, &req); err != nil {
 				return err
@@ -162,7 +168,7 @@ func (a *app) newListCmd() *cobra.Command {
 			tw := tabwriter.NewWriter(a.env.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tSTATE\tIMAGE\tCREATED\tEXPIRES")
 			for _, sb := range l.Items {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", sb.Id, dash(string(sb.Status.State)), dash(sb.Image.Uri), formatTime(sb.CreatedAt), formatTime(sb.ExpiresAt))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", sb.ID, dash(string(sb.Status.State)), dash(sb.Image.URI), formatTime(sb.CreatedAt), formatTime(sb.ExpiresAt))
 			}
 			if err := tw.Flush(); err != nil {
 				return err
@@ -216,12 +222,12 @@ func writeSandbox(w io.Writer, sb api.Sandbox) error {
 			fmt.Fprintf(tw, "%s:\t%s\n", k, v)
 		}
 	}
-	row("ID", sb.Id)
+	row("ID", sb.ID)
 	row("State", string(sb.Status.State))
 	row("Reason", sb.Status.Reason)
 	row("Message", sb.Status.Message)
-	row("Image", sb.Image.Uri)
-	row("Snapshot", sb.SnapshotId)
+	row("Image", sb.Image.URI)
+	row("Snapshot", sb.SnapshotID)
 	row("Platform", strings.Trim(string(sb.Platform.Os)+"/"+string(sb.Platform.Arch), "/"))
 	row("Created", formatTime(sb.CreatedAt))
 	row("Expires", formatTime(sb.ExpiresAt))

@@ -48,8 +48,7 @@ func run(ctx context.Context) error {
 	}
 	for i, src := range cells {
 		fmt.Printf("[%d] %s\n", i+1, strings.ReplaceAll(src, "\n", "; "))
-		var code hybox.Code
-		code.Context.Id, code.Code = cc.Id, src
+		code := hybox.CodeIn(cc.ID, src)
 		cellCtx, cancel := context.WithTimeout(ctx, 30*time.Second) // a runaway cell is interrupted
 		x, err := sb.RunCode(cellCtx, code, nil)
 		cancel()
@@ -60,11 +59,11 @@ func run(ctx context.Context) error {
 			fmt.Println("    out:", strings.ReplaceAll(out, "\n", "\n         "))
 		}
 		for _, r := range x.Results {
-			fmt.Println("    result:", r.Text)
+			fmt.Println("    result:", r["text"])
 		}
 		var ee *hybox.ExecutionError
 		if errors.As(x.Err(), &ee) {
-			fmt.Printf("    error: %s: %s\n", ee.Ename, ee.Evalue)
+			fmt.Printf("    error: %s: %s\n", ee.EName, ee.EValue)
 		}
 	}
 	return nil

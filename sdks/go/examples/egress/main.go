@@ -26,11 +26,11 @@ func run(ctx context.Context) error {
 		return err
 	}
 	sb, err := client.Create(ctx, api.CreateSandboxRequest{
-		NetworkPolicy: api.NetworkPolicy{
+		NetworkPolicy: &api.NetworkPolicy{
 			DefaultAction: api.PolicyActionDeny,
 			Egress:        []api.EgressRule{hybox.Allow("pypi.org"), hybox.Allow("api.github.com")},
 		},
-		CredentialProxy: api.CredentialProxy{Enabled: true},
+		CredentialProxy: &api.CredentialProxy{Enabled: true},
 	})
 	if err != nil {
 		return err

@@ -24,7 +24,7 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	sb, err := client.Create(ctx, api.CreateSandboxRequest{Image: api.ImageSpec{Uri: "wasm://default"}})
+	sb, err := client.Create(ctx, api.CreateSandboxRequest{Image: api.ImageSpec{URI: "wasm://default"}})
 	if err != nil {
 		return err
 	}
@@ -40,13 +40,11 @@ func run(ctx context.Context) error {
 	fmt.Println("exit code:", x.ExitCode)
 
 	// Code: the value of the last expression comes back as a result.
-	var code hybox.Code
-	code.Context.Language = "python"
-	code.Code = "squares = [n * n for n in range(5)]\nsum(squares)"
+	code := hybox.CodeOf("python", "squares = [n * n for n in range(5)]\nsum(squares)")
 	x, err = sb.RunCode(ctx, code, nil)
 	if err != nil {
 		return err
 	}
-	fmt.Println("result:", x.Results[0].Text)
+	fmt.Println("result:", x.Results[0]["text"])
 	return nil
 }

@@ -29,8 +29,8 @@ func run(ctx context.Context) error {
 		return err
 	}
 	sb, err := client.Create(ctx, api.CreateSandboxRequest{
-		Image:      api.ImageSpec{Uri: "localhost/hybox/python:3-bookworm"},
-		Extensions: api.Extensions{HyboxIoruntime: api.ExtensionsHyboxIoruntimeRunc},
+		Image:      api.ImageSpec{URI: "localhost/hybox/python:3-bookworm"},
+		Extensions: api.Extensions{hybox.RuntimeExtension: "runc"},
 	})
 	if errors.Is(err, hybox.ErrInvalid) || errors.Is(err, hybox.ErrNotSupported) {
 		fmt.Println("skipped: this server has no container runtime:", err)
