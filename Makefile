@@ -18,7 +18,7 @@ API_KEY_FILE ?= $(CURDIR)/build/api-key
 VAULT_KEY_FILE ?= $(CURDIR)/build/vault-key
 export HYBOX_GUEST_DIR := $(GUEST_DIR)
 
-.PHONY: all build guests run stop test test-unit test-e2e bench check generate fmt vet clean deps containers-deps gvisor containerd containerd-stop image
+.PHONY: all build guests run stop test test-unit test-sdk test-e2e bench check generate fmt vet clean deps containers-deps gvisor containerd containerd-stop image
 
 all: build
 
@@ -92,7 +92,7 @@ run: build $(API_KEY_FILE) $(VAULT_KEY_FILE) $(RUN_DEPS)
 		./scripts/containers/containerd.sh stop $(DATA_DIR); \
 	fi; exit $$rc
 
-test: test-unit test-e2e
+test: test-unit test-sdk test-e2e
 
 ifeq ($(IS_ROOT),yes)
 TEST_DEPS := containers-deps gvisor
@@ -104,6 +104,24 @@ test-unit: guests check $(TEST_DEPS)
 	@if [ "$(IS_ROOT)" = yes ] && ! ./scripts/containers/containerd.sh status $(TEST_DATA_DIR) >/dev/null 2>&1; then \
 		started=yes; fi; \
 	$(GO) test -race -timeout 20m ./...; rc=$$?; \
+	if [ "$$started" = yes ]; then \
+		echo "make: stopping the test containerd under $(TEST_DATA_DIR) (this run started it)"; \
+		./scripts/containers/containerd.sh stop $(TEST_DATA_DIR); \
+	fi; exit $$rc
+
+# The Go SDK (its own module, sdks/go) against a real `hybox serve`: the
+# binary just built. HYBOX_REQUIRE_SDK_SERVER makes a missing binary a failure.
+# As root its container tests use the shared test containerd (the one the
+# container backend's tests start) and the test image archive.
+# When this target starts the test containerd, it stops it at the end.
+test-sdk: build $(TEST_DEPS)
+	@sock=""; started=""; \
+	if [ "$(IS_ROOT)" = yes ]; then \
+		./scripts/containers/containerd.sh status $(TEST_DATA_DIR) >/dev/null 2>&1 || started=yes; \
+		if ./scripts/containers/containerd.sh start $(TEST_DATA_DIR) >/dev/null; then \
+			sock=$(TEST_DATA_DIR)/containerd/containerd.sock; fi; fi; \
+	(cd sdks/go && HYBOX_BIN=$(CURDIR)/$(BIN) HYBOX_REQUIRE_SDK_SERVER=1 HYBOX_SDK_CONTAINERD=$$sock \
+		HYBOX_SDK_IMAGE_ARCHIVE=$(IMAGE_ARCHIVE) $(GO) test -race -timeout 10m ./...); rc=$$?; \
 	if [ "$$started" = yes ]; then \
 		echo "make: stopping the test containerd under $(TEST_DATA_DIR) (this run started it)"; \
 		./scripts/containers/containerd.sh stop $(TEST_DATA_DIR); \

@@ -1,8 +1,8 @@
-// Package servertest starts a real hybox server for tests of API clients
-// (the client package and the CLI): the wasm backend, a fresh database, an
-// API key and a fresh credential-vault key, on a loopback listener. Unlike
-// clienttest it runs sandboxes, so the egress and credential-vault APIs
-// behave as in production. It needs the guest interpreters (`make guests`).
+// Package servertest starts a real hybox server in-process for tests of
+// API clients (the CLI): the wasm backend, a fresh database, an API key and
+// a fresh credential-vault key, on a loopback listener. It is a test
+// helper: it imports testing. It needs the guest interpreters (`make
+// guests`).
 package servertest
 
 import (
