@@ -14,6 +14,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 )
@@ -177,10 +178,32 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if _, pattern := h.mux.Handler(r); pattern == "" {
+		if allow := h.allowed(r); len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			writeError(w, http.StatusMethodNotAllowed, CodeMethodNotAllowed,
+				r.Method+" is not served for "+r.URL.Path+" (allowed: "+strings.Join(allow, ", ")+")")
+			return
+		}
 		writeError(w, http.StatusNotFound, CodeNotFound, "no route "+r.Method+" "+r.URL.Path)
 		return
 	}
 	h.mux.ServeHTTP(w, r)
+}
+
+// routeMethods are the methods execd routes serve.
+var routeMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+
+// allowed lists the methods some route serves for r's path.
+func (h *Handler) allowed(r *http.Request) []string {
+	var out []string
+	for _, m := range routeMethods {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := h.mux.Handler(probe); pattern != "" {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // Close stops every execution and command and closes every interpreter.

@@ -52,6 +52,7 @@ const (
 	CodeOverloaded         = "TOO_MANY_EXECUTIONS"
 	CodeUnknownLanguage    = "UNKNOWN_LANGUAGE"
 	CodeNotFound           = "NOT_FOUND"
+	CodeMethodNotAllowed   = "METHOD_NOT_ALLOWED"
 	CodeUnauthorized       = "UNAUTHORIZED"
 	CodeFileExists         = "FILE_EXISTS"
 	CodeInternal           = "INTERNAL_ERROR"
