@@ -220,7 +220,8 @@ func (h *Handler) Close() {
 func (h *Handler) decodeJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 	r.Body = http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes)
 	dec := json.NewDecoder(r.Body)
-	if err := dec.Decode(v); err != nil {
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			writeError(w, http.StatusRequestEntityTooLarge, CodePayloadTooLarge, fmt.Sprintf("request body exceeds %d bytes", mbe.Limit))
@@ -235,6 +236,14 @@ func (h *Handler) decodeJSON(w http.ResponseWriter, r *http.Request, v any) bool
 	}
 	if dec.More() {
 		writeError(w, http.StatusBadRequest, CodeInvalidRequestBody, "invalid JSON: trailing data after the object")
+		return false
+	}
+	if string(raw) == "null" {
+		writeError(w, http.StatusBadRequest, CodeInvalidRequestBody, "the request body must be a JSON object, not null")
+		return false
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		writeError(w, http.StatusBadRequest, CodeInvalidRequestBody, "invalid JSON: "+err.Error())
 		return false
 	}
 	return true

@@ -29,7 +29,8 @@ const reservedPrefix = "opensandbox.io/"
 func decodeBody(c *gin.Context, v any) error {
 	body := http.MaxBytesReader(c.Writer, c.Request.Body, maxBodyBytes)
 	dec := json.NewDecoder(body)
-	if err := dec.Decode(v); err != nil {
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
 		if err == io.EOF {
 			return badRequest("request body is empty")
 		}
@@ -41,6 +42,12 @@ func decodeBody(c *gin.Context, v any) error {
 	}
 	if dec.More() {
 		return badRequest("invalid JSON: trailing data after the object")
+	}
+	if string(raw) == "null" {
+		return badRequest("the request body must be a JSON object, not null")
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return badRequest("invalid JSON: " + err.Error())
 	}
 	return nil
 }
