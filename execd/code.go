@@ -318,6 +318,10 @@ func (m *codeManager) run(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if req.TimeoutMs < 0 || req.Timeout < 0 {
+		writeError(w, http.StatusBadRequest, CodeInvalidRequestBody, "timeoutMs and timeout must not be negative")
+		return
+	}
 	timeout := req.TimeoutMs
 	if timeout == 0 {
 		timeout = req.Timeout
