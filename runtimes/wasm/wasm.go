@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -322,7 +323,13 @@ func (s *Sandbox) NewSession(ctx context.Context, cwd string, env map[string]str
 	if cwd == "" {
 		cwd = defaultCwd
 	}
-	return wsh.NewSession(s.shell, cwd, env)
+	sess, err := wsh.NewSession(s.shell, cwd, env)
+	if errors.Is(err, wsh.ErrBadCwd) {
+		// The caller named a working directory that is not one: not a
+		// failure of the sandbox.
+		return nil, fmt.Errorf("%w: cwd %q is not a directory of the sandbox", fs.ErrNotExist, cwd)
+	}
+	return sess, err
 }
 
 // Metrics reports the host's CPU count and the Go heap as a stand-in for
