@@ -42,8 +42,8 @@ type Record struct {
 
 // Platform is {"os","arch"}.
 type Platform struct {
-	OS   string `json:"os"`
-	Arch string `json:"arch"`
+	OS   string `json:"os,omitempty"`
+	Arch string `json:"arch,omitempty"`
 }
 
 var (
