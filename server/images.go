@@ -83,13 +83,17 @@ func (s *Server) pullImage(c *gin.Context) {
 }
 
 func (s *Server) removeImage(c *gin.Context) {
-	st, ok := s.images(c)
-	if !ok {
-		return
-	}
 	name := strings.TrimPrefix(c.Param("name"), "/")
 	if name == "" {
-		s.abortErr(c, badRequest("image name is required"))
+		// DELETE /images (the catch-all route also takes it): that path
+		// is served for GET only.
+		c.Header("Allow", http.MethodGet)
+		c.AbortWithStatusJSON(http.StatusMethodNotAllowed, gin.H{"code": codeMethodNotAllow,
+			"message": "method DELETE is not allowed on " + c.Request.URL.Path + "; name the image: DELETE /images/{name}"})
+		return
+	}
+	st, ok := s.images(c)
+	if !ok {
 		return
 	}
 	if err := st.Remove(c.Request.Context(), name); err != nil {
