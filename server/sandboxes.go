@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
 
@@ -60,8 +61,8 @@ func validateMetadata(md map[string]string) error {
 		if strings.HasPrefix(k, reservedPrefix) {
 			return badRequest(fmt.Sprintf("metadata key %q uses the reserved prefix %q", k, reservedPrefix))
 		}
-		if len(k) > 253 {
-			return badRequest(fmt.Sprintf("metadata key %q is longer than 253 characters", k[:32]+"..."))
+		if n := utf8.RuneCountInString(k); n > 253 {
+			return badRequest(fmt.Sprintf("metadata key %q… is %d characters long (at most 253)", string([]rune(k)[:32]), n))
 		}
 	}
 	return nil
@@ -344,6 +345,16 @@ func (s *Server) patchMetadata(c *gin.Context) {
 	}
 	var patch map[string]json.RawMessage
 	if err := decodeBody(c, &patch); err != nil {
+		s.abortErr(c, err)
+		return
+	}
+	// The patch's keys follow the rules of metadata keys, also those
+	// that delete.
+	named := make(map[string]string, len(patch))
+	for k := range patch {
+		named[k] = ""
+	}
+	if err := validateMetadata(named); err != nil {
 		s.abortErr(c, err)
 		return
 	}
