@@ -138,6 +138,11 @@ func (s *Server) recordFromRequest(req *CreateSandboxRequest) (*Record, error) {
 	if err := validateMetadata(req.Metadata); err != nil {
 		return nil, err
 	}
+	for k, v := range req.Extensions {
+		if v == "" {
+			delete(req.Extensions, k) // null or empty: not given
+		}
+	}
 	for k := range req.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
 			return nil, badRequest(fmt.Sprintf("env name %q is not valid", k))
