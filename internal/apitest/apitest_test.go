@@ -102,6 +102,8 @@ func fixed(status int, ctype, body string) http.Handler {
 	})
 }
 
+var noRedirects = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+
 func TestValidate(t *testing.T) {
 	spec, err := Load([]byte(testDoc))
 	require.NoError(t, err)
@@ -157,6 +159,11 @@ func TestValidate(t *testing.T) {
 		{name: "stream ending inside an item", method: "GET", path: "/stream",
 			handler: fixed(200, "text/event-stream", "{\"name\":\"a\"}\n"),
 			want:    []string{"the stream ends inside an event"}},
+		{name: "trailing-slash redirect", method: "DELETE", path: "/things",
+			handler: http.RedirectHandler("/things/", http.StatusTemporaryRedirect)},
+		{name: "another redirect", method: "DELETE", path: "/things",
+			handler: http.RedirectHandler("/elsewhere", http.StatusTemporaryRedirect),
+			want:    []string{"no operation in the document"}},
 		{name: "execd through the proxy", method: "GET", path: "/v1/sandboxes/x/proxy/44772/ping",
 			handler: fixed(200, "application/json", `{"ok":false}`),
 			want:    []string{"execd GET /ping → 200 at /ok: value must be true"}},
@@ -172,7 +179,7 @@ func TestValidate(t *testing.T) {
 			ts := httptest.NewServer(rec)
 			req, err := http.NewRequest(tc.method, ts.URL+tc.path, nil)
 			require.NoError(t, err)
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := noRedirects.Do(req)
 			require.NoError(t, err)
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()

@@ -23,6 +23,7 @@ type Exchange struct {
 	IngressTo   string // the OpenSandbox-Ingress-To header
 	Status      int    // 101 for a hijacked (upgraded) connection
 	ContentType string
+	Location    string // the Location header of a redirect
 	Body        []byte
 	Truncated   bool // the body was longer than MaxBody
 	Interrupted bool // a write failed: the client went away mid-body
@@ -77,6 +78,7 @@ func (rw *recWriter) WriteHeader(code int) {
 	if rw.ex.Status == 0 && (code >= 200 || code == http.StatusSwitchingProtocols) {
 		rw.ex.Status = code
 		rw.ex.ContentType = rw.w.Header().Get("Content-Type")
+		rw.ex.Location = rw.w.Header().Get("Location")
 	}
 	rw.w.WriteHeader(code)
 }

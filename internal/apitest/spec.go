@@ -365,6 +365,9 @@ func (s *Spec) Validate(ex *Exchange) []Mismatch {
 			resp, respPtr = s.response(pop, ex.Status, false)
 		}
 	}
+	if resp == nil && rt.tag == "" && isSlashRedirect(ex) {
+		return nil // documented for every lifecycle route
+	}
 	if resp == nil {
 		switch {
 		case op == nil && !known && ex.Status == http.StatusNotFound,
@@ -394,6 +397,18 @@ func (s *Spec) Validate(ex *Exchange) []Mismatch {
 		return nil
 	}
 	return s.validateBody(name, ex, content, respPtr+"/content")
+}
+
+// isSlashRedirect reports whether ex redirects to its own path with a
+// trailing slash added or removed.
+func isSlashRedirect(ex *Exchange) bool {
+	switch ex.Status {
+	case http.StatusMovedPermanently, http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+	default:
+		return false
+	}
+	loc := ex.Location
+	return loc != "" && loc != ex.Path && strings.TrimSuffix(loc, "/") == strings.TrimSuffix(ex.Path, "/")
 }
 
 // response finds the response object for status: exact, then default.
