@@ -300,7 +300,7 @@ type CodeRunRequest struct {
 	TimeoutMs int64 `json:"timeoutMs,omitempty,omitzero"`
 }
 
-// CommandRequest defines model for CommandRequest.
+// CommandRequest `command` (non-empty) or else `argv` (at least one word) is required.
 type CommandRequest struct {
 	// Argv The command as words, quoted for the shell by hybox; used when `command` is empty.
 	Argv       []string `json:"argv,omitempty,omitzero"`
@@ -412,7 +412,7 @@ type Endpoint struct {
 // `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
 // `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
 // `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `NOT_SUPPORTED`,
+// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `METHOD_NOT_ALLOWED`, `NOT_SUPPORTED`,
 // `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
 // sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
 type Error struct {
@@ -554,7 +554,7 @@ type ListSandboxesResponse struct {
 // reserved prefix `opensandbox.io/`.
 type Metadata map[string]string
 
-// MetadataPatch A string sets a key; null deletes it.
+// MetadataPatch A string sets a key; null deletes it. Keys are as in `Metadata`.
 type MetadataPatch = map[string]*string
 
 // Metrics defines model for Metrics.
@@ -787,7 +787,7 @@ type SessionRequest struct {
 	Envs map[string]string `json:"envs,omitempty,omitzero"`
 }
 
-// SessionRunRequest defines model for SessionRunRequest.
+// SessionRunRequest `command` or else `code` is required, non-empty.
 type SessionRunRequest struct {
 	// Code Used when `command` is empty.
 	Code string `json:"code,omitempty,omitzero"`
@@ -853,7 +853,7 @@ type SandboxId = string
 // `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
 // `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
 // `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `NOT_SUPPORTED`,
+// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `METHOD_NOT_ALLOWED`, `NOT_SUPPORTED`,
 // `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
 // sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
 type BadRequest = Error
@@ -866,7 +866,7 @@ type BadRequest = Error
 // `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
 // `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
 // `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `NOT_SUPPORTED`,
+// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `METHOD_NOT_ALLOWED`, `NOT_SUPPORTED`,
 // `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
 // sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
 type ContextBusy = Error
@@ -879,7 +879,7 @@ type ContextBusy = Error
 // `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
 // `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
 // `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `NOT_SUPPORTED`,
+// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `METHOD_NOT_ALLOWED`, `NOT_SUPPORTED`,
 // `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
 // sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
 type ContextNotFound = Error
@@ -892,7 +892,7 @@ type ContextNotFound = Error
 // `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
 // `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
 // `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `NOT_SUPPORTED`,
+// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `METHOD_NOT_ALLOWED`, `NOT_SUPPORTED`,
 // `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
 // sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
 type ExecdBadRequest = Error
@@ -905,7 +905,7 @@ type ExecdBadRequest = Error
 // `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
 // `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
 // `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `NOT_SUPPORTED`,
+// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `METHOD_NOT_ALLOWED`, `NOT_SUPPORTED`,
 // `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
 // sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
 type ExecdNotFound = Error
@@ -918,7 +918,7 @@ type ExecdNotFound = Error
 // `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
 // `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
 // `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `NOT_SUPPORTED`,
+// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `METHOD_NOT_ALLOWED`, `NOT_SUPPORTED`,
 // `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
 // sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
 type ExecdNotSupported = Error
@@ -931,7 +931,7 @@ type ExecdNotSupported = Error
 // `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
 // `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
 // `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `NOT_SUPPORTED`,
+// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `METHOD_NOT_ALLOWED`, `NOT_SUPPORTED`,
 // `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
 // sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
 type ExecdUnauthorized = Error
@@ -944,7 +944,7 @@ type ExecdUnauthorized = Error
 // `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
 // `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
 // `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `NOT_SUPPORTED`,
+// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `METHOD_NOT_ALLOWED`, `NOT_SUPPORTED`,
 // `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
 // sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
 type FileExists = Error
@@ -957,7 +957,7 @@ type FileExists = Error
 // `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
 // `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
 // `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `NOT_SUPPORTED`,
+// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `METHOD_NOT_ALLOWED`, `NOT_SUPPORTED`,
 // `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
 // sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
 type FileNotFound = Error
@@ -970,7 +970,7 @@ type FileNotFound = Error
 // `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
 // `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
 // `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `NOT_SUPPORTED`,
+// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `METHOD_NOT_ALLOWED`, `NOT_SUPPORTED`,
 // `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
 // sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
 type ImagesNotEnabled = Error
@@ -983,7 +983,7 @@ type ImagesNotEnabled = Error
 // `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
 // `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
 // `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `NOT_SUPPORTED`,
+// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `METHOD_NOT_ALLOWED`, `NOT_SUPPORTED`,
 // `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
 // sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
 type InternalError = Error
@@ -996,7 +996,7 @@ type InternalError = Error
 // `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
 // `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
 // `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `NOT_SUPPORTED`,
+// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `METHOD_NOT_ALLOWED`, `NOT_SUPPORTED`,
 // `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
 // sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
 type InvalidRange = Error
@@ -1009,7 +1009,7 @@ type InvalidRange = Error
 // `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
 // `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
 // `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `NOT_SUPPORTED`,
+// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `METHOD_NOT_ALLOWED`, `NOT_SUPPORTED`,
 // `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
 // sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
 type InvalidState = Error
@@ -1022,7 +1022,7 @@ type InvalidState = Error
 // `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
 // `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
 // `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `NOT_SUPPORTED`,
+// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `METHOD_NOT_ALLOWED`, `NOT_SUPPORTED`,
 // `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
 // sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
 type PayloadTooLarge = Error
@@ -1035,7 +1035,7 @@ type PayloadTooLarge = Error
 // `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
 // `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
 // `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `NOT_SUPPORTED`,
+// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `METHOD_NOT_ALLOWED`, `NOT_SUPPORTED`,
 // `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
 // sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
 type PermissionDenied = Error
@@ -1048,7 +1048,7 @@ type PermissionDenied = Error
 // `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
 // `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
 // `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `NOT_SUPPORTED`,
+// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `METHOD_NOT_ALLOWED`, `NOT_SUPPORTED`,
 // `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
 // sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
 type ProxyUnauthorized = Error
@@ -1061,7 +1061,7 @@ type ProxyUnauthorized = Error
 // `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
 // `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
 // `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `NOT_SUPPORTED`,
+// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `METHOD_NOT_ALLOWED`, `NOT_SUPPORTED`,
 // `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
 // sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
 type SandboxNotFound = Error
@@ -1074,7 +1074,7 @@ type SandboxNotFound = Error
 // `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
 // `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
 // `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `NOT_SUPPORTED`,
+// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `METHOD_NOT_ALLOWED`, `NOT_SUPPORTED`,
 // `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
 // sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
 type SandboxPaused = Error
@@ -1087,7 +1087,7 @@ type SandboxPaused = Error
 // `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
 // `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
 // `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `NOT_SUPPORTED`,
+// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `METHOD_NOT_ALLOWED`, `NOT_SUPPORTED`,
 // `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
 // sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
 type SandboxUnreachable = Error
@@ -1100,7 +1100,7 @@ type SandboxUnreachable = Error
 // `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
 // `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
 // `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `NOT_SUPPORTED`,
+// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `METHOD_NOT_ALLOWED`, `NOT_SUPPORTED`,
 // `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
 // sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
 type TooManyExecutions = Error
@@ -1113,7 +1113,7 @@ type TooManyExecutions = Error
 // `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
 // `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
 // `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `NOT_SUPPORTED`,
+// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `METHOD_NOT_ALLOWED`, `NOT_SUPPORTED`,
 // `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
 // sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
 type Unauthorized = Error
@@ -1126,7 +1126,7 @@ type Unauthorized = Error
 // `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
 // `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
 // `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `NOT_SUPPORTED`,
+// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `METHOD_NOT_ALLOWED`, `NOT_SUPPORTED`,
 // `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
 // sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
 type Unavailable = Error
@@ -1242,7 +1242,7 @@ type ExecdUploadFilesMultipartBody struct {
 }
 
 // PostMetricsEventJSONBody defines parameters for PostMetricsEvent.
-type PostMetricsEventJSONBody = map[string]interface{}
+type PostMetricsEventJSONBody = interface{}
 
 // ExecdAttachPtyParams defines parameters for ExecdAttachPty.
 type ExecdAttachPtyParams struct {
@@ -1262,21 +1262,21 @@ type RunOnceParams struct {
 type ListSandboxesParams struct {
 	// State States to keep (OR). Repeatable; a value may also hold several states separated by
 	// commas. Matched case-insensitively; an unknown state is a 400.
-	State []string `form:"state,omitempty" json:"state,omitempty,omitzero"`
+	State []SandboxState `form:"state,omitempty" json:"state,omitempty,omitzero"`
 
 	// Metadata Metadata filter (AND): one URL-encoded `k=v&k2=v2` string. A sandbox matches when
 	// each key is present with that value.
 	Metadata string `form:"metadata,omitempty" json:"metadata,omitempty,omitzero"`
-	Page     int    `form:"page,omitempty" json:"page,omitempty,omitzero"`
+	Page     int64  `form:"page,omitempty" json:"page,omitempty,omitzero"`
 
 	// PageSize Page size; values above 200 are taken as 200.
-	PageSize int `form:"pageSize,omitempty" json:"pageSize,omitempty,omitzero"`
+	PageSize int64 `form:"pageSize,omitempty" json:"pageSize,omitempty,omitzero"`
 }
 
 // GetSandboxEndpointParams defines parameters for GetSandboxEndpoint.
 type GetSandboxEndpointParams struct {
-	// UseServerProxy Accepted for compatibility and ignored; hybox always answers with its proxy route.
-	UseServerProxy bool `form:"use_server_proxy,omitempty" json:"use_server_proxy,omitempty,omitzero"`
+	// UseServerProxy Accepted for compatibility and ignored (any value); hybox always answers with its proxy route.
+	UseServerProxy string `form:"use_server_proxy,omitempty" json:"use_server_proxy,omitempty,omitzero"`
 
 	// Expires Unix time in seconds, in the future. Asks for a signed route token that expires then.
 	Expires int64 `form:"expires,omitempty" json:"expires,omitempty,omitzero"`
