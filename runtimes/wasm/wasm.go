@@ -16,6 +16,7 @@ import (
 	"io/fs"
 	"net/http"
 	"os"
+	"path"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -286,6 +287,12 @@ func (s *Sandbox) NewInterpreter(ctx context.Context, language, cwd string) (exe
 		cwd = defaultCwd
 	}
 	switch language {
+	case "python", "javascript":
+		if err := s.checkCwd(cwd); err != nil {
+			return nil, err
+		}
+	}
+	switch language {
 	case "python":
 		return s.rt.opts.Python.NewInterpreter(ctx, s.root, cwd, s.mem, s.egress)
 	case "javascript":
@@ -295,6 +302,23 @@ func (s *Sandbox) NewInterpreter(ctx context.Context, language, cwd string) (exe
 	default:
 		return nil, fmt.Errorf("%w: %q is not available in a wasm sandbox (available: python, javascript, bash)", execd.ErrUnknownLanguage, language)
 	}
+}
+
+// checkCwd reports a working directory that is not an absolute path to a
+// directory of the sandbox as fs.ErrNotExist: the caller named it, it is
+// not a failure of the sandbox.
+func (s *Sandbox) checkCwd(cwd string) error {
+	rel := "."
+	if c := path.Clean(cwd); c != "/" {
+		rel = strings.TrimPrefix(c, "/")
+	}
+	if !strings.HasPrefix(cwd, "/") {
+		return fmt.Errorf("%w: cwd %q is not an absolute path", fs.ErrNotExist, cwd)
+	}
+	if fi, err := s.root.Stat(rel); err != nil || !fi.IsDir() {
+		return fmt.Errorf("%w: cwd %q is not a directory of the sandbox", fs.ErrNotExist, cwd)
+	}
+	return nil
 }
 
 // StartCommand runs src in the wasm shell.
