@@ -497,7 +497,12 @@ func (s *Server) getEndpoint(c *gin.Context) {
 	if port == egressPort {
 		headers = map[string]string{headerEgressAuth: egressToken(r)}
 	}
-	signed, err := s.routeTokenHeaders(r.ID, port, c.Query("expires"))
+	expires, given := c.GetQuery("expires")
+	if given && strings.TrimSpace(expires) == "" {
+		s.abortErr(c, badRequest("expires must be a unix time in seconds, not empty"))
+		return
+	}
+	signed, err := s.routeTokenHeaders(r.ID, port, expires)
 	if err != nil {
 		s.abortErr(c, err)
 		return
