@@ -1265,7 +1265,7 @@ type ListSandboxesParams struct {
 	State []SandboxState `form:"state,omitempty" json:"state,omitempty,omitzero"`
 
 	// Metadata Metadata filter (AND): one URL-encoded `k=v&k2=v2` string. A sandbox matches when
-	// each key is present with that value.
+	// each key is present with that value. `;` is not a separator (400).
 	Metadata string `form:"metadata,omitempty" json:"metadata,omitempty,omitzero"`
 	Page     int64  `form:"page,omitempty" json:"page,omitempty,omitzero"`
 
