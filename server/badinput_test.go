@@ -86,6 +86,15 @@ func TestBadInputIsRejected(t *testing.T) {
 		})
 	}
 
+	t.Run("a page far past the end is empty", func(t *testing.T) {
+		st, b, _ := h.do("GET", "/v1/sandboxes?page=9223372036854775806&pageSize=20", nil)
+		require.Equal(t, http.StatusOK, st, string(b))
+		var list ListSandboxesResponse
+		require.NoError(t, json.Unmarshal(b, &list))
+		assert.Empty(t, list.Items)
+		assert.False(t, list.Pagination.HasNextPage)
+	})
+
 	t.Run("405 lists the allowed methods", func(t *testing.T) {
 		_, _, hdr := h.do("DELETE", "/v1/images", nil)
 		assert.Equal(t, "GET", hdr.Get("Allow"))

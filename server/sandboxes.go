@@ -312,9 +312,9 @@ func (s *Server) listSandboxes(c *gin.Context) {
 	})
 	total := len(items)
 	pages := (total + size - 1) / size
-	lo := (page - 1) * size
-	if lo > total {
-		lo = total
+	lo := total
+	if page-1 < (total+size-1)/size { // never (page-1)*size: it can overflow
+		lo = (page - 1) * size
 	}
 	hi := lo + size
 	if hi > total {
