@@ -702,14 +702,7 @@ type ReplaceResult struct {
 
 // RunRequest defines model for RunRequest.
 type RunRequest struct {
-	Code string `json:"code"`
-
-	// Language A code language. hybox normalises aliases (`python3`, `py` → `python`; `js`, `node`,
-	// `nodejs` → `javascript`; `ts` → `typescript`; `sh`, `shell`, `command` → `bash`). Which
-	// ones run depends on the sandbox: wasm sandboxes run `python`, `javascript` and `bash`.
-	//
-	//
-	// Examples: python, javascript, typescript, bash
+	Code     string   `json:"code"`
 	Language Language `json:"language"`
 
 	// NetworkPolicy Without it the code has no network. With it, the code's HTTP(S) requests (Python's
@@ -1265,7 +1258,8 @@ type ListSandboxesParams struct {
 	State []SandboxState `form:"state,omitempty" json:"state,omitempty,omitzero"`
 
 	// Metadata Metadata filter (AND): one URL-encoded `k=v&k2=v2` string. A sandbox matches when
-	// each key is present with that value. `;` is not a separator (400).
+	// each key is present with that value. `;` is not a separator, and `%` starts an
+	// escape (400 otherwise).
 	Metadata string `form:"metadata,omitempty" json:"metadata,omitempty,omitzero"`
 	Page     int64  `form:"page,omitempty" json:"page,omitempty,omitzero"`
 
