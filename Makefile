@@ -13,7 +13,7 @@ API_KEY_FILE ?= $(CURDIR)/build/api-key
 VAULT_KEY_FILE ?= $(CURDIR)/build/vault-key
 export HYBOX_GUEST_DIR := $(GUEST_DIR)
 
-.PHONY: all build guests run test test-unit test-e2e bench check fmt vet clean deps containers-deps containerd containerd-stop image
+.PHONY: all build guests run test test-unit test-e2e test-fuzz bench check fmt vet clean deps containers-deps containerd containerd-stop image
 
 all: build
 
@@ -65,7 +65,7 @@ run: build $(API_KEY_FILE) $(VAULT_KEY_FILE) $(RUN_DEPS)
 		--vault-key-file $(VAULT_KEY_FILE) \
 		--execd-binary $(CURDIR)/$(EXECD_BIN) $(RUN_FLAGS)
 
-test: test-unit test-e2e
+test: test-unit test-e2e test-fuzz
 
 ifeq ($(IS_ROOT),yes)
 TEST_DEPS := containers-deps
@@ -76,6 +76,11 @@ test-unit: guests vet $(TEST_DEPS)
 
 test-e2e: build
 	@./scripts/e2e.sh
+
+# schemathesis against a real server, from sdks/openapi.yaml (bounded; a
+# virtualenv in build/fuzz-venv; reports in build/fuzz).
+test-fuzz: build
+	@./scripts/fuzz-api.sh
 
 bench: build
 	@./scripts/bench.sh
