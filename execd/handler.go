@@ -177,17 +177,28 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if _, pattern := h.mux.Handler(r); pattern == "" {
+	if _, pattern := h.mux.Handler(r); pattern == "" || redirects(pattern, r.URL.Path) {
 		if allow := h.allowed(r); len(allow) > 0 {
 			w.Header().Set("Allow", strings.Join(allow, ", "))
 			writeError(w, http.StatusMethodNotAllowed, CodeMethodNotAllowed,
 				r.Method+" is not served for "+r.URL.Path+" (allowed: "+strings.Join(allow, ", ")+")")
 			return
 		}
-		writeError(w, http.StatusNotFound, CodeNotFound, "no route "+r.Method+" "+r.URL.Path)
-		return
+		if pattern == "" {
+			writeError(w, http.StatusNotFound, CodeNotFound, "no route "+r.Method+" "+r.URL.Path)
+			return
+		}
 	}
 	h.mux.ServeHTTP(w, r)
+}
+
+// redirects reports whether ServeMux answers path with a redirect to the
+// subtree pattern (path "/pty", pattern "/pty/").
+func redirects(pattern, path string) bool {
+	if _, p, ok := strings.Cut(pattern, " "); ok {
+		pattern = p
+	}
+	return pattern == path+"/"
 }
 
 // routeMethods are the methods execd routes serve.
@@ -199,7 +210,7 @@ func (h *Handler) allowed(r *http.Request) []string {
 	for _, m := range routeMethods {
 		probe := r.Clone(r.Context())
 		probe.Method = m
-		if _, pattern := h.mux.Handler(probe); pattern != "" {
+		if _, pattern := h.mux.Handler(probe); pattern != "" && !redirects(pattern, r.URL.Path) {
 			out = append(out, m)
 		}
 	}

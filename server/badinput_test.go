@@ -68,6 +68,8 @@ func TestBadInputIsRejected(t *testing.T) {
 			status: 400, code: "INVALID_REQUEST_BODY", mention: "null"},
 		{name: "replace with a non-boolean verbose", execd: true, method: "POST", path: "/files/replace?verbose=2",
 			body: map[string]any{"/tmp/x": map[string]string{"old": "a", "new": "b"}}, status: 400, code: "INVALID_REQUEST_BODY", mention: "verbose"},
+		{name: "another method on /pty", execd: true, method: "GET", path: "/pty",
+			status: 405, code: "METHOD_NOT_ALLOWED", mention: "POST"},
 		{name: "another method on an execd path", execd: true, method: "PUT", path: "/files/info?path=/tmp",
 			status: 405, code: "METHOD_NOT_ALLOWED", mention: "GET"},
 	} {
