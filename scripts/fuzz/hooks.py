@@ -89,12 +89,33 @@ def _null_member(failure, case):
     member of the body, which hybox takes as absent (the document says so)."""
     if failure.code != "ST201":
         return False
-    if re.search(r"Invalid component: in body - violates `type` at \S+ \(was \w+, became null\)", failure.message or ""):
-        return True
+    # "violates `type` at /properties/a/properties/b (was string, became
+    # null)", one or more: each named member must be null in the body.
+    at = re.findall(r"violates `type` at (/\S+) \(was \w+, became \w+\)", failure.message or "")
+    if at:
+        return all(_null_at(case.body, p) for p in at)
     m = _COMPONENT.search(failure.message or "")
     if not m:
         return False
     return _is_null(case.body, m.group(1).split(" -> "))
+
+
+def _null_at(body, pointer):
+    """Whether the schema pointer /properties/a/additionalProperties/...
+    names only null members of body."""
+    toks = pointer.strip("/").split("/")
+    steps = []
+    i = 0
+    while i < len(toks):
+        if toks[i] == "properties" and i + 1 < len(toks):
+            steps.append(toks[i + 1].replace("~1", "/").replace("~0", "~"))
+            i += 2
+        elif toks[i] == "additionalProperties":
+            steps.append("object with invalid additional property")
+            i += 1
+        else:
+            return False
+    return _is_null(body, steps)
 
 
 def _is_null(value, steps):
