@@ -18,7 +18,7 @@ API_KEY_FILE ?= $(CURDIR)/build/api-key
 VAULT_KEY_FILE ?= $(CURDIR)/build/vault-key
 export HYBOX_GUEST_DIR := $(GUEST_DIR)
 
-.PHONY: all build guests run stop test test-unit test-sdk test-e2e bench check generate fmt vet clean deps containers-deps gvisor containerd containerd-stop image
+.PHONY: all build guests run stop test test-unit test-sdk test-e2e test-fuzz bench check generate fmt vet clean deps containers-deps gvisor containerd containerd-stop image
 
 all: build
 
@@ -92,7 +92,7 @@ run: build $(API_KEY_FILE) $(VAULT_KEY_FILE) $(RUN_DEPS)
 		./scripts/containers/containerd.sh stop $(DATA_DIR); \
 	fi; exit $$rc
 
-test: test-unit test-sdk test-e2e
+test: test-unit test-sdk test-e2e test-fuzz
 
 ifeq ($(IS_ROOT),yes)
 TEST_DEPS := containers-deps gvisor
@@ -129,6 +129,11 @@ test-sdk: build $(TEST_DEPS)
 
 test-e2e: build
 	@./scripts/e2e.sh
+
+# schemathesis against a real server, from sdks/openapi.yaml (bounded; a
+# virtualenv in build/fuzz-venv; reports in build/fuzz).
+test-fuzz: build
+	@./scripts/fuzz-api.sh
 
 bench: build
 	@./scripts/bench.sh

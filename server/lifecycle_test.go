@@ -248,9 +248,9 @@ func TestProxyAuth(t *testing.T) {
 	assert.Equal(t, 200, st, "own token")
 	st, _, _ = h.do("GET", "/v1/sandboxes/00000000-0000-4000-8000-000000000000/proxy/44772/ping", nil, "OPEN-SANDBOX-API-KEY", "")
 	assert.Equal(t, 401, st, "unknown sandbox without credentials does not reveal existence")
-	// A wasm sandbox has no other ports.
+	// A wasm sandbox has no other ports: nothing is served there.
 	st, body, _ = h.do("GET", "/v1/sandboxes/"+a.ID+"/proxy/8000/", nil)
-	assert.Equal(t, 400, st)
+	assert.Equal(t, 404, st)
 	assert.Contains(t, string(body), "runc")
 
 	// A signed, expiring route: its token works for that sandbox and port
