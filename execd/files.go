@@ -137,9 +137,17 @@ func queryPath(w http.ResponseWriter, r *http.Request) string {
 // writes 400 INVALID_REQUEST_BODY (413 when too large) and returns false.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxJSONBody))
-	err := dec.Decode(v)
+	var raw json.RawMessage
+	err := dec.Decode(&raw)
 	if err == nil && dec.More() {
 		err = errors.New("unexpected data after the JSON value")
+	}
+	if err == nil && string(raw) == "null" {
+		writeError(w, CodeInvalidRequestBody, "the request body must be a JSON object or array, not null")
+		return false
+	}
+	if err == nil {
+		err = json.Unmarshal(raw, v)
 	}
 	if err == nil {
 		return true

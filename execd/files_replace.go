@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 
 	"github.com/hybox-dev/hybox/sdks/go/api"
 )
@@ -26,8 +27,17 @@ const replaceChunk = 256 << 10
 // replace serves POST /files/replace?verbose= {path: {old, new}}: replaces
 // every occurrence of old with new in each file, streaming (files are never
 // held in memory). The file keeps its inode, mode and owner. With
-// verbose=true the answer is {path: {replacedCount}}; otherwise it is empty.
+// verbose=true the answer is {path: {replacedCount}}; otherwise it is {}.
 func (a *filesAPI) replace(w http.ResponseWriter, r *http.Request, root *os.Root) {
+	verbose := false
+	if v := r.URL.Query().Get("verbose"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			writeError(w, CodeInvalidRequestBody, fmt.Sprintf("query parameter verbose must be true or false, not %q", v))
+			return
+		}
+		verbose = b
+	}
 	var req map[string]replaceItem
 	if !decodeBody(w, r, &req) {
 		return
@@ -41,11 +51,11 @@ func (a *filesAPI) replace(w http.ResponseWriter, r *http.Request, root *os.Root
 		}
 		results[p] = replaceResult{ReplacedCount: n}
 	}
-	if r.URL.Query().Get("verbose") == "true" {
+	if verbose {
 		writeJSON(w, http.StatusOK, results)
 		return
 	}
-	w.WriteHeader(http.StatusOK)
+	writeJSON(w, http.StatusOK, struct{}{})
 }
 
 // replaceInFile rewrites one file. The new content is first written to a

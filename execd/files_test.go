@@ -384,7 +384,7 @@ func TestFilesReplace(t *testing.T) {
 
 	r = e.do("POST", "/files/replace", `{"/app.py":{"old":"True","new":"False"}}`)
 	require.Equal(t, http.StatusOK, r.status)
-	assert.Empty(t, r.body)
+	assert.JSONEq(t, `{}`, string(r.body))
 	assert.Equal(t, "DEBUG = False\n", e.read("app.py"))
 
 	tests := []struct {
@@ -404,6 +404,11 @@ func TestFilesReplace(t *testing.T) {
 			expectErr(t, e.do("POST", "/files/replace", tt.body), tt.status, tt.code)
 		})
 	}
+	t.Run("verbose not a boolean", func(t *testing.T) {
+		r := e.do("POST", "/files/replace?verbose=2", `{"/app.py":{"old":"a","new":"b"}}`)
+		expectErr(t, r, 400, CodeInvalidRequestBody)
+		assert.Contains(t, r.errBody(t).Message, "verbose")
+	})
 }
 
 func TestFilesReplaceStream(t *testing.T) {

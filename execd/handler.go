@@ -14,6 +14,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 )
@@ -178,11 +179,44 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if _, pattern := h.mux.Handler(r); pattern == "" {
-		writeError(w, CodeNotFound, "no route "+r.Method+" "+r.URL.Path)
-		return
+	if _, pattern := h.mux.Handler(r); pattern == "" || redirects(pattern, r.URL.Path) {
+		if allow := h.allowed(r); len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			writeError(w, CodeMethodNotAllowed,
+				r.Method+" is not served for "+r.URL.Path+" (allowed: "+strings.Join(allow, ", ")+")")
+			return
+		}
+		if pattern == "" {
+			writeError(w, CodeNotFound, "no route "+r.Method+" "+r.URL.Path)
+			return
+		}
 	}
 	h.mux.ServeHTTP(w, r)
+}
+
+// redirects reports whether ServeMux answers path with a redirect to the
+// subtree pattern (path "/pty", pattern "/pty/").
+func redirects(pattern, path string) bool {
+	if _, p, ok := strings.Cut(pattern, " "); ok {
+		pattern = p
+	}
+	return pattern == path+"/"
+}
+
+// routeMethods are the methods execd routes serve.
+var routeMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+
+// allowed lists the methods some route serves for r's path.
+func (h *Handler) allowed(r *http.Request) []string {
+	var out []string
+	for _, m := range routeMethods {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := h.mux.Handler(probe); pattern != "" && !redirects(pattern, r.URL.Path) {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // Close stops every execution and command, ends every terminal and closes
@@ -201,7 +235,8 @@ func (h *Handler) Close() {
 func (h *Handler) decodeJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 	r.Body = http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes)
 	dec := json.NewDecoder(r.Body)
-	if err := dec.Decode(v); err != nil {
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			writeError(w, CodePayloadTooLarge, fmt.Sprintf("request body exceeds %d bytes", mbe.Limit))
@@ -216,6 +251,14 @@ func (h *Handler) decodeJSON(w http.ResponseWriter, r *http.Request, v any) bool
 	}
 	if dec.More() {
 		writeError(w, CodeInvalidRequestBody, "invalid JSON: trailing data after the object")
+		return false
+	}
+	if string(raw) == "null" {
+		writeError(w, CodeInvalidRequestBody, "the request body must be a JSON object, not null")
+		return false
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		writeError(w, CodeInvalidRequestBody, "invalid JSON: "+err.Error())
 		return false
 	}
 	return true

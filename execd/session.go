@@ -84,6 +84,10 @@ func (m *sessionManager) run(w http.ResponseWriter, r *http.Request) {
 		writeError(w, CodeInvalidRequestBody, "command is required")
 		return
 	}
+	if req.Timeout < 0 {
+		writeError(w, CodeInvalidRequestBody, "timeout must not be negative")
+		return
+	}
 	if !s.run.TryLock() {
 		writeErr(w, fmt.Errorf("%w: session %s is running another command", ErrBusy, s.id))
 		return

@@ -11,6 +11,7 @@ package ingress
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"net/url"
@@ -49,6 +50,21 @@ var (
 	// SANDBOX_UNREACHABLE). Its message never carries the address tried.
 	ErrUnreachable = errdefs.New(api.ErrorCodeSANDBOXUNREACHABLE, "the sandbox port is not reachable")
 )
+
+// PortUnreachableError is a sandbox port that did not answer; it wraps
+// ErrUnreachable, and its text names only the sandbox and the port, so
+// WriteError shows it (where it hides other 502 texts).
+type PortUnreachableError struct {
+	Sandbox string
+	Port    int
+}
+
+func (e *PortUnreachableError) Error() string {
+	return fmt.Sprintf("sandbox %s: nothing answers on port %d (a server in the sandbox must listen on 0.0.0.0:%d)", e.Sandbox, e.Port, e.Port)
+}
+
+// Unwrap returns ErrUnreachable.
+func (e *PortUnreachableError) Unwrap() error { return ErrUnreachable }
 
 // Target says where a sandbox port is served. Exactly one way is used:
 //
@@ -102,6 +118,7 @@ const (
 )
 
 // WriteError answers with err through errdefs: its status and a JSON body
-// {"code","message"}. A 502 or 500 gets a fixed text, so internal details
-// (addresses, paths) never reach the caller.
+// {"code","message"}. A 500 gets a fixed text, and so does a bare
+// ErrUnreachable, so internal details (addresses, paths) never reach the
+// caller; a *PortUnreachableError names only the sandbox and the port.
 func WriteError(w http.ResponseWriter, err error) { errdefs.Write(w, err) }

@@ -28,7 +28,7 @@ func (r *Record) wire() api.Sandbox {
 		Metadata:   r.Metadata,
 		Entrypoint: r.Entrypoint,
 		CreatedAt:  r.CreatedAt,
-		Extensions: r.Extensions,
+		Extensions: runtimeExtensions(r.Extensions, r.Runtime),
 	}
 	if r.Platform != nil {
 		s.Platform = *r.Platform

@@ -178,7 +178,8 @@ func TestCommands(t *testing.T) {
 	o = h.command(sb.ID, "gcc --version")
 	require.NotNil(t, o.err)
 	assert.Equal(t, "127", o.err.EValue)
-	assert.Contains(t, strings.Join(o.stderr, "\n"), "runc")
+	assert.Contains(t, strings.Join(o.stderr, "\n"), "--runtime runc")
+	assert.Contains(t, strings.Join(o.stderr, "\n"), `extensions {"hybox.io/runtime":"runc"}`)
 
 	// Background: status and logs by cursor.
 	st, b := h.execd(sb.ID, "POST", "/command", map[string]any{"command": "echo one; sleep 0.3; echo two", "background": true})

@@ -11,12 +11,14 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybox-dev/hybox/execd"
+	"github.com/hybox-dev/hybox/internal/apitest"
 	"github.com/hybox-dev/hybox/internal/egresstest"
 	"github.com/hybox-dev/hybox/internal/ocienv"
 	"github.com/hybox-dev/hybox/internal/testenv"
@@ -29,6 +31,18 @@ import (
 )
 
 const testKey = "test-key-0123456789"
+
+// loadSpec parses the protocol document once per test binary.
+var loadSpec = sync.OnceValues(func() (*apitest.Spec, error) { return apitest.Load(openAPIDocument) })
+
+// documentSpec is the parsed protocol document that test traffic is
+// validated against.
+func documentSpec(t testing.TB) *apitest.Spec {
+	t.Helper()
+	spec, err := loadSpec()
+	require.NoError(t, err)
+	return spec
+}
 
 // harness is a real hybox server (real wasm backend, real database) on a
 // loopback listener.
@@ -72,14 +86,14 @@ func newHarness(t testing.TB, dataDir string, ho harnessOpts) *harness {
 		sock := ocienv.Containerd(t)
 		ocienv.ImageIn(t, sock, ns)
 		b, err := oci.New(ctx, oci.Options{Address: sock, Namespace: ns,
-			ExecdBinary: ocienv.ExecdBinary(t), RunscBinary: ocienv.RunscWrapper(),
+			ExecdBinary: ocienv.ExecdBinary(t), RunscBinary: ocienv.Runsc().Binary, RunscPlatform: ocienv.GVisor(t).Platform,
 			CNIPluginDir: "/usr/lib/cni", StateDir: filepath.Join(dataDir, "oci")})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = b.Close() })
 		rts = append(rts, b.Runtimes()...)
 		images = b
 	}
-	router, err := runtimes.NewRouter(rts, runtimes.BuiltinImageRules, "wasm")
+	router, err := runtimes.NewRouter(rts, runtimes.BuiltinImageRules, "")
 	require.NoError(t, err)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var eg *egress.Manager
@@ -91,7 +105,13 @@ func newHarness(t testing.TB, dataDir string, ho harnessOpts) *harness {
 		Images: images, IngressDomain: ho.ingressDomain, Egress: eg, VaultKey: ho.vaultKey,
 		Logger: log})
 	require.NoError(t, err)
-	h := &harness{t: t, srv: srv, ts: httptest.NewServer(srv.Handler()), dataDir: dataDir, stop: stop}
+	handler := srv.Handler()
+	if tt, ok := t.(*testing.T); ok {
+		// Every response of the test is checked against the document
+		// when it ends, after h.close (cleanups run last-in first-out).
+		handler = apitest.Check(tt, documentSpec(tt), handler)
+	}
+	h := &harness{t: t, srv: srv, ts: httptest.NewServer(handler), dataDir: dataDir, stop: stop}
 	t.Cleanup(h.close)
 	return h
 }

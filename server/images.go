@@ -82,13 +82,17 @@ func (s *Server) pullImage(c *gin.Context) {
 }
 
 func (s *Server) removeImage(c *gin.Context) {
-	st, ok := s.images(c)
-	if !ok {
-		return
-	}
 	name := strings.TrimPrefix(c.Param("name"), "/")
 	if name == "" {
-		s.abortErr(c, badRequest("image name is required"))
+		// DELETE /images (the catch-all route also takes it): that path
+		// is served for GET only.
+		c.Header("Allow", http.MethodGet)
+		s.abortErr(c, errdefs.New(api.ErrorCodeMETHODNOTALLOWED,
+			"method DELETE is not allowed on %s; name the image: DELETE /images/{name}", c.Request.URL.Path))
+		return
+	}
+	st, ok := s.images(c)
+	if !ok {
 		return
 	}
 	if err := st.Remove(c.Request.Context(), name); err != nil {

@@ -81,7 +81,9 @@ func (s *Server) Resolve(ctx context.Context, id string, port int) (ingress.Targ
 	h, err := sb.Proxy(port)
 	if err != nil {
 		if errors.Is(err, runtimes.ErrNotSupported) {
-			return ingress.Target{}, fmt.Errorf("%w: %v", ingress.ErrBadTarget, err)
+			// The sandbox serves nothing on that port (a wasm sandbox has
+			// no network ports).
+			return ingress.Target{}, fmt.Errorf("%w: %v", ingress.ErrNoRoute, err)
 		}
 		return ingress.Target{}, fmt.Errorf("%w: %v", ingress.ErrUnavailable, err)
 	}

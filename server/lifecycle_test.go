@@ -248,9 +248,9 @@ func TestProxyAuth(t *testing.T) {
 	assert.Equal(t, 200, st, "own token")
 	st, _, _ = h.do("GET", "/v1/sandboxes/00000000-0000-4000-8000-000000000000/proxy/44772/ping", nil, "OPEN-SANDBOX-API-KEY", "")
 	assert.Equal(t, 401, st, "unknown sandbox without credentials does not reveal existence")
-	// A wasm sandbox has no other ports.
+	// A wasm sandbox has no other ports: nothing is served there.
 	st, body, _ = h.do("GET", "/v1/sandboxes/"+a.ID+"/proxy/8000/", nil)
-	assert.Equal(t, 400, st)
+	assert.Equal(t, 404, st)
 	assert.Contains(t, string(body), "runc")
 
 	// A signed, expiring route: its token works for that sandbox and port
@@ -366,8 +366,39 @@ func TestImagesWithoutContainerBackend(t *testing.T) {
 		assert.Contains(t, string(b), `"code":"NOT_SUPPORTED"`, "%s %s", r.method, r.path)
 		assert.Contains(t, string(b), "--containerd", "%s %s", r.method, r.path)
 	}
-	// A container image without a container backend is a clear 400.
+	// A container image without a container backend is a clear 400,
+	// whether or not the request names a runtime: it never becomes wasm.
 	st, b, _ := h.do("POST", "/v1/sandboxes", `{"image":{"uri":"python:3"},"extensions":{"hybox.io/runtime":"runc"}}`)
 	assert.Equal(t, 400, st)
 	assert.Contains(t, string(b), "runc")
+	st, b, _ = h.do("POST", "/v1/sandboxes", `{"image":{"uri":"python:3.12"}}`)
+	assert.Equal(t, 400, st, string(b))
+	var e struct{ Code, Message string }
+	require.NoError(t, json.Unmarshal(b, &e), string(b))
+	assert.Contains(t, e.Message, "image python:3.12 needs a container runtime; this server has none (start it with --containerd)")
+	assert.NotEmpty(t, e.Code)
+	st, b, _ = h.do("GET", "/v1/sandboxes", "")
+	require.Equal(t, 200, st)
+	assert.NotContains(t, string(b), "python:3", "a refused create leaves no record")
+}
+
+// The API shows the runtime each sandbox runs on, named or chosen.
+func TestRuntimeInSandboxResponse(t *testing.T) {
+	h := newHarness(t, "", harnessOpts{})
+	for _, body := range []map[string]any{
+		{"image": map[string]string{"uri": "wasm://default"}},
+		{"image": map[string]string{"uri": "opensandbox/code-interpreter:v1.0.2"}, "extensions": map[string]string{"other": "x"}},
+	} {
+		sb := h.create(body)
+		assert.Equal(t, "wasm", sb.Extensions["hybox.io/runtime"])
+		st, b, _ := h.do("GET", "/v1/sandboxes/"+sb.ID, nil)
+		require.Equal(t, 200, st)
+		var got api.Sandbox
+		require.NoError(t, json.Unmarshal(b, &got))
+		assert.Equal(t, "wasm", got.Extensions["hybox.io/runtime"])
+		if ext, ok := body["extensions"].(map[string]string); ok {
+			assert.Equal(t, ext["other"], got.Extensions["other"], "the request's extensions are kept")
+		}
+		h.do("DELETE", "/v1/sandboxes/"+sb.ID, nil)
+	}
 }

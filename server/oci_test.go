@@ -60,6 +60,23 @@ func TestContainerSandboxesThroughAPI(t *testing.T) {
 			assert.Equal(t, 200, st)
 			assert.Equal(t, "served\n", body)
 
+			// A port nothing listens on: 502 with {code, message} naming
+			// the sandbox and the port (and not the address tried).
+			for _, hdr := range [][]string{nil, {"OpenSandbox-Ingress-To", sb.ID + "-8001"}} {
+				path := "/v1/sandboxes/" + sb.ID + "/proxy/8001/"
+				if hdr != nil {
+					path = "/"
+				}
+				st, b, _ := h.do("GET", path, nil, hdr...)
+				require.Equal(t, http.StatusBadGateway, st, string(b))
+				var e struct{ Code, Message string }
+				require.NoError(t, json.Unmarshal(b, &e), "502 body %q", b)
+				assert.Equal(t, "SANDBOX_UNREACHABLE", e.Code)
+				assert.Contains(t, e.Message, "sandbox "+sb.ID)
+				assert.Contains(t, e.Message, "port 8001")
+				assert.NotContains(t, e.Message, "10.231.", "the 502 does not reveal the sandbox's address")
+			}
+
 			// Pause freezes it; resume brings it back with its state.
 			st, _, _ = h.do("POST", "/v1/sandboxes/"+sb.ID+"/pause", nil)
 			require.Equal(t, 202, st)

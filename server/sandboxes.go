@@ -13,9 +13,11 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/hybox-dev/hybox/internal/cleanup"
 	"github.com/hybox-dev/hybox/runtimes"
 	"github.com/hybox-dev/hybox/sdks/go/api"
 	"github.com/hybox-dev/hybox/sdks/go/errdefs"
@@ -30,7 +32,8 @@ const reservedPrefix = "opensandbox.io/"
 func decodeBody(c *gin.Context, v any) error {
 	body := http.MaxBytesReader(c.Writer, c.Request.Body, maxBodyBytes)
 	dec := json.NewDecoder(body)
-	if err := dec.Decode(v); err != nil {
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return errdefs.New(api.ErrorCodePAYLOADTOOLARGE, "request body exceeds %d bytes", mbe.Limit)
@@ -39,6 +42,12 @@ func decodeBody(c *gin.Context, v any) error {
 	}
 	if dec.More() {
 		return badRequest("invalid JSON: trailing data after the object")
+	}
+	if string(raw) == "null" {
+		return badRequest("the request body must be a JSON object, not null")
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return badRequest(errdefs.DescribeJSON(err))
 	}
 	return nil
 }
@@ -51,8 +60,8 @@ func validateMetadata(md map[string]string) error {
 		if strings.HasPrefix(k, reservedPrefix) {
 			return badRequest(fmt.Sprintf("metadata key %q uses the reserved prefix %q", k, reservedPrefix))
 		}
-		if len(k) > 253 {
-			return badRequest(fmt.Sprintf("metadata key %q is longer than 253 characters", k[:32]+"..."))
+		if n := utf8.RuneCountInString(k); n > 253 {
+			return badRequest(fmt.Sprintf("metadata key %q… is %d characters long (at most 253)", string([]rune(k)[:32]), n))
 		}
 	}
 	return nil
@@ -81,35 +90,36 @@ func (s *Server) createSandbox(c *gin.Context) {
 	rec.Runtime = rt.Name()
 	unlock := s.lock(rec.ID)
 	defer unlock()
+	// What a failed create made is undone, newest first. The record is
+	// written once the sandbox exists: a crash before that leaves only a
+	// directory (and the sealed vault), which start-up removes.
+	bg := context.WithoutCancel(c.Request.Context())
+	cu := cleanup.Make(func() {
+		_ = os.RemoveAll(s.sandboxDir(rec.ID))
+		_ = s.store.delete(rec.ID)
+	})
+	defer cu.Clean()
 	eg, err := s.newEgress(rec, true)
 	if err != nil {
-		_ = s.store.delete(rec.ID)
 		s.abortErr(c, err)
 		return
 	}
+	cu.Add(func() { _ = eg.Close() })
 	spec.Egress = eg
-	// The record is written once the sandbox exists: a crash before that
-	// leaves only a directory, which start-up removes (removeOrphans).
+	cu.Add(func() { _ = rt.Destroy(bg, s.spec(rec)) })
 	sb, err := rt.Create(c.Request.Context(), spec)
 	if err != nil {
 		s.log.Warn("create sandbox", "id", rec.ID, "runtime", rec.Runtime, "err", err)
-		_ = eg.Close()
-		_ = rt.Destroy(context.WithoutCancel(c.Request.Context()), s.spec(rec))
-		_ = os.RemoveAll(s.sandboxDir(rec.ID))
-		_ = s.store.delete(rec.ID)
 		s.abortErr(c, err)
 		return
 	}
+	cu.Add(func() { _ = sb.Close(bg) })
 	rec.State, rec.LastTransitionAt = StateRunning, time.Now().UTC()
 	if err := s.store.put(rec); err != nil {
-		_ = sb.Close(context.WithoutCancel(c.Request.Context()))
-		_ = eg.Close()
-		_ = rt.Destroy(context.WithoutCancel(c.Request.Context()), s.spec(rec))
-		_ = os.RemoveAll(s.sandboxDir(rec.ID))
-		_ = s.store.delete(rec.ID)
 		s.abortErr(c, err)
 		return
 	}
+	cu.Release()
 	s.mu.Lock()
 	s.egress[rec.ID] = eg
 	s.mu.Unlock()
@@ -127,6 +137,11 @@ func (s *Server) recordFromRequest(req *api.CreateSandboxRequest) (*Record, erro
 	}
 	if err := validateMetadata(req.Metadata); err != nil {
 		return nil, err
+	}
+	for k, v := range req.Extensions {
+		if v == "" {
+			delete(req.Extensions, k) // null or empty: not given
+		}
 	}
 	for k := range req.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
@@ -297,9 +312,9 @@ func (s *Server) listSandboxes(c *gin.Context) {
 	})
 	total := len(items)
 	pages := (total + size - 1) / size
-	lo := (page - 1) * size
-	if lo > total {
-		lo = total
+	lo := total
+	if page-1 < (total+size-1)/size { // never (page-1)*size: it can overflow
+		lo = (page - 1) * size
 	}
 	hi := lo + size
 	if hi > total {
@@ -335,6 +350,16 @@ func (s *Server) patchMetadata(c *gin.Context) {
 	}
 	var patch map[string]json.RawMessage
 	if err := decodeBody(c, &patch); err != nil {
+		s.abortErr(c, err)
+		return
+	}
+	// The patch's keys follow the rules of metadata keys, also those
+	// that delete.
+	named := make(map[string]string, len(patch))
+	for k := range patch {
+		named[k] = ""
+	}
+	if err := validateMetadata(named); err != nil {
 		s.abortErr(c, err)
 		return
 	}
@@ -470,7 +495,12 @@ func (s *Server) getEndpoint(c *gin.Context) {
 	if port == egressPort {
 		headers = map[string]string{headerEgressAuth: egressToken(r)}
 	}
-	signed, err := s.routeTokenHeaders(r.ID, port, c.Query("expires"))
+	expires, given := c.GetQuery("expires")
+	if given && strings.TrimSpace(expires) == "" {
+		s.abortErr(c, badRequest("expires must be a unix time in seconds, not empty"))
+		return
+	}
+	signed, err := s.routeTokenHeaders(r.ID, port, expires)
 	if err != nil {
 		s.abortErr(c, err)
 		return

@@ -23,6 +23,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/hybox-dev/hybox/ingress"
+	"github.com/hybox-dev/hybox/internal/cleanup"
 	"github.com/hybox-dev/hybox/policy/egress"
 	"github.com/hybox-dev/hybox/runtimes"
 	"github.com/hybox-dev/hybox/vault"
@@ -145,26 +146,25 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	cu := cleanup.Make(func() { _ = st.close() })
+	defer cu.Clean()
 	s := &Server{opts: opts, store: st, log: opts.Logger, live: map[string]runtimes.Sandbox{},
 		egress: map[string]*egress.Controller{}}
 	key, err := loadRouteKey(opts.DataDir)
 	if err != nil {
-		_ = st.close()
 		return nil, err
 	}
 	if s.signer, err = ingress.NewSigner(key); err != nil {
-		_ = st.close()
 		return nil, err
 	}
 	s.gin = s.routes()
 	if s.h, err = s.withIngress(s.gin); err != nil {
-		_ = st.close()
 		return nil, err
 	}
 	if err := s.recover(ctx); err != nil {
-		_ = st.close()
 		return nil, err
 	}
+	cu.Release()
 	rctx, cancel := context.WithCancel(context.Background())
 	s.stopReaper = cancel
 	s.reaperDone = make(chan struct{})

@@ -18,6 +18,7 @@ import (
 	containerd "github.com/containerd/containerd/v2/client"
 
 	"github.com/hybox-dev/hybox/execd"
+	"github.com/hybox-dev/hybox/ingress"
 	"github.com/hybox-dev/hybox/runtimes"
 	"github.com/hybox-dev/hybox/sdks/go/api"
 	"github.com/hybox-dev/hybox/sdks/go/errdefs"
@@ -219,6 +220,14 @@ func (s *Sandbox) Proxy(port int) (http.Handler, error) {
 	target := &url.URL{Scheme: "http", Host: net.JoinHostPort(s.addr.String(), strconv.Itoa(port))}
 	rp := httputil.NewSingleHostReverseProxy(target)
 	rp.FlushInterval = -1
+	id := s.spec.ID
+	rp.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
+		if r.Context().Err() != nil {
+			return // the client went away
+		}
+		s.r.b.opts.Logger.Debug("sandbox port did not answer", "sandbox", id, "port", port, "err", err)
+		ingress.WriteError(w, &ingress.PortUnreachableError{Sandbox: id, Port: port})
+	}
 	return rp, nil
 }
 

@@ -12,8 +12,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"os"
+	"path"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -170,7 +172,7 @@ func (r *Runtime) open(spec runtimes.Spec) (*Sandbox, error) {
 		},
 		Env:              env,
 		MemoryLimitBytes: mem,
-		UnknownHint:      "(this is a wasm sandbox: only python, python3, node and built-in utilities run here; create the sandbox with extensions {\"hybox.io/runtime\":\"runc\"} to run other programs)",
+		UnknownHint:      "(this is a wasm sandbox: only python, python3, node and built-in utilities run here; to run other programs, create the sandbox from a container image with `hybox sandbox create --image IMAGE --runtime runc` (in the API: extensions {\"hybox.io/runtime\":\"runc\"}))",
 	}
 	return s, nil
 }
@@ -299,6 +301,12 @@ func (s *Sandbox) NewInterpreter(ctx context.Context, language, cwd string) (exe
 		cwd = defaultCwd
 	}
 	switch language {
+	case "python", "javascript":
+		if err := s.checkCwd(cwd); err != nil {
+			return nil, err
+		}
+	}
+	switch language {
 	case "python":
 		return s.rt.opts.Python.NewInterpreter(ctx, s.root, cwd, s.mem, s.egress)
 	case "javascript":
@@ -308,6 +316,23 @@ func (s *Sandbox) NewInterpreter(ctx context.Context, language, cwd string) (exe
 	default:
 		return nil, fmt.Errorf("%w: %q is not available in a wasm sandbox (available: python, javascript, bash)", execd.ErrUnknownLanguage, language)
 	}
+}
+
+// checkCwd reports a working directory that is not an absolute path to a
+// directory of the sandbox as fs.ErrNotExist: the caller named it, it is
+// not a failure of the sandbox.
+func (s *Sandbox) checkCwd(cwd string) error {
+	rel := "."
+	if c := path.Clean(cwd); c != "/" {
+		rel = strings.TrimPrefix(c, "/")
+	}
+	if !strings.HasPrefix(cwd, "/") {
+		return fmt.Errorf("%w: cwd %q is not an absolute path", fs.ErrNotExist, cwd)
+	}
+	if fi, err := s.root.Stat(rel); err != nil || !fi.IsDir() {
+		return fmt.Errorf("%w: cwd %q is not a directory of the sandbox", fs.ErrNotExist, cwd)
+	}
+	return nil
 }
 
 // StartCommand runs src in the wasm shell.
@@ -336,7 +361,13 @@ func (s *Sandbox) NewSession(ctx context.Context, cwd string, env map[string]str
 	if cwd == "" {
 		cwd = defaultCwd
 	}
-	return wsh.NewSession(s.shell, cwd, env)
+	sess, err := wsh.NewSession(s.shell, cwd, env)
+	if errors.Is(err, wsh.ErrBadCwd) {
+		// The caller named a working directory that is not one: not a
+		// failure of the sandbox.
+		return nil, fmt.Errorf("%w: cwd %q is not a directory of the sandbox", fs.ErrNotExist, cwd)
+	}
+	return sess, err
 }
 
 // Metrics reports the host's CPU count and the Go heap as a stand-in for

@@ -40,7 +40,7 @@ func New(tb testing.TB) *Server {
 	if err != nil {
 		tb.Fatalf("servertest: wasm backend: %v", err)
 	}
-	router, err := runtimes.NewRouter([]runtimes.Runtime{rt}, runtimes.BuiltinImageRules, "wasm")
+	router, err := runtimes.NewRouter([]runtimes.Runtime{rt}, runtimes.BuiltinImageRules, "")
 	if err != nil {
 		_ = stop()
 		tb.Fatalf("servertest: router: %v", err)

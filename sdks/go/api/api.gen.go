@@ -535,7 +535,7 @@ type CodeRunRequest struct {
 	TimeoutMs int64 `json:"timeoutMs,omitempty,omitzero"`
 }
 
-// CommandRequest defines model for CommandRequest.
+// CommandRequest `command` (non-empty) or else `argv` (at least one word) is required.
 type CommandRequest struct {
 	// Argv The command as words, quoted for the shell by hybox; used when `command` is empty.
 	Argv       []string `json:"argv,omitempty,omitzero"`
@@ -863,7 +863,7 @@ type ListSandboxesResponse struct {
 // reserved prefix `opensandbox.io/`.
 type Metadata = map[string]string
 
-// MetadataPatch A string sets a key; null deletes it.
+// MetadataPatch A string sets a key; null deletes it. Keys are as in `Metadata`.
 type MetadataPatch = map[string]*string
 
 // Metrics defines model for Metrics.
@@ -1069,14 +1069,7 @@ type ReplaceResult struct {
 
 // RunRequest defines model for RunRequest.
 type RunRequest struct {
-	Code *string `json:"code"`
-
-	// Language A code language. hybox normalises aliases (`python3`, `py` → `python`; `js`, `node`,
-	// `nodejs` → `javascript`; `ts` → `typescript`; `sh`, `shell`, `command` → `bash`). Which
-	// ones run depends on the sandbox: wasm sandboxes run `python`, `javascript` and `bash`.
-	//
-	//
-	// Examples: python, javascript, typescript, bash
+	Code     *string  `json:"code"`
 	Language Language `json:"language"`
 
 	// NetworkPolicy Without it the code has no network. With it, the code's HTTP(S) requests (Python's
@@ -1154,7 +1147,7 @@ type SessionRequest struct {
 	Envs map[string]string `json:"envs,omitempty,omitzero"`
 }
 
-// SessionRunRequest defines model for SessionRunRequest.
+// SessionRunRequest `command` or else `code` is required, non-empty.
 type SessionRunRequest struct {
 	// Code Used when `command` is empty.
 	Code string `json:"code,omitempty,omitzero"`
@@ -1473,6 +1466,12 @@ type ProxyUnauthorized = Error
 // the server's log under the request's `X-Request-ID`.
 type SandboxNotFound = Error
 
+// SandboxPaused Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
+// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
+// 5xx answer never carries internal details: its message is fixed, and the details are in
+// the server's log under the request's `X-Request-ID`.
+type SandboxPaused = Error
+
 // SandboxUnreachable Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
 // one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
 // 5xx answer never carries internal details: its message is fixed, and the details are in
@@ -1608,7 +1607,7 @@ type ExecdUploadFilesMultipartBody struct {
 }
 
 // PostMetricsEventJSONBody defines parameters for PostMetricsEvent.
-type PostMetricsEventJSONBody = map[string]interface{}
+type PostMetricsEventJSONBody = interface{}
 
 // EgressRemoveRulesJSONBody defines parameters for EgressRemoveRules.
 type EgressRemoveRulesJSONBody = []string
@@ -1634,21 +1633,22 @@ type RunOnceParams struct {
 type ListSandboxesParams struct {
 	// State States to keep (OR). Repeatable; a value may also hold several states separated by
 	// commas. Matched case-insensitively; an unknown state is a 400.
-	State []string `form:"state,omitempty" json:"state,omitempty,omitzero"`
+	State []SandboxState `form:"state,omitempty" json:"state,omitempty,omitzero"`
 
 	// Metadata Metadata filter (AND): one URL-encoded `k=v&k2=v2` string. A sandbox matches when
-	// each key is present with that value.
+	// each key is present with that value. `;` is not a separator, and `%` starts an
+	// escape (400 otherwise).
 	Metadata string `form:"metadata,omitempty" json:"metadata,omitempty,omitzero"`
-	Page     int    `form:"page,omitempty" json:"page,omitempty,omitzero"`
+	Page     int64  `form:"page,omitempty" json:"page,omitempty,omitzero"`
 
 	// PageSize Page size; values above 200 are taken as 200.
-	PageSize int `form:"pageSize,omitempty" json:"pageSize,omitempty,omitzero"`
+	PageSize int64 `form:"pageSize,omitempty" json:"pageSize,omitempty,omitzero"`
 }
 
 // GetSandboxEndpointParams defines parameters for GetSandboxEndpoint.
 type GetSandboxEndpointParams struct {
-	// UseServerProxy Accepted for compatibility and ignored; hybox always answers with its proxy route.
-	UseServerProxy bool `form:"use_server_proxy,omitempty" json:"use_server_proxy,omitempty,omitzero"`
+	// UseServerProxy Accepted for compatibility and ignored (any value); hybox always answers with its proxy route.
+	UseServerProxy string `form:"use_server_proxy,omitempty" json:"use_server_proxy,omitempty,omitzero"`
 
 	// Expires Unix time in seconds, in the future. Asks for a signed route token that expires then.
 	Expires int64 `form:"expires,omitempty" json:"expires,omitempty,omitzero"`

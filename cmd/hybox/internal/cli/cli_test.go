@@ -209,7 +209,7 @@ func TestSandboxListGet(t *testing.T) {
 
 	r = live(t, srv, "", "sandbox", "get", a)
 	r.check(t, 0)
-	assert.Regexp(t, `^ID:\s+`+a+`\nState:\s+Running\nImage:\s+wasm://default\n(Platform:.*\n)?Created:\s+\S+Z\nExpires:\s+-\n`+
+	assert.Regexp(t, `^ID:\s+`+a+`\nState:\s+Running\nImage:\s+wasm://default\nRuntime:\s+wasm\n(Platform:.*\n)?Created:\s+\S+Z\nExpires:\s+-\n`+
 		`Entrypoint:\s+tail -f /dev/null\nMetadata:\s+env=dev\n\s+team=ml\n$`, r.stdout)
 	r = live(t, srv, "", "sandbox", "get", a, "-o", "json")
 	r.check(t, 0)

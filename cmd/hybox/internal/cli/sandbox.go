@@ -227,6 +227,7 @@ func writeSandbox(w io.Writer, sb api.Sandbox) error {
 	row("Reason", sb.Status.Reason)
 	row("Message", sb.Status.Message)
 	row("Image", sb.Image.URI)
+	row("Runtime", sb.Extensions[hybox.RuntimeExtension])
 	row("Snapshot", sb.SnapshotID)
 	row("Platform", strings.Trim(string(sb.Platform.Os)+"/"+string(sb.Platform.Arch), "/"))
 	row("Created", formatTime(sb.CreatedAt))
