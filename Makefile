@@ -4,6 +4,11 @@ GO ?= go
 BIN := bin/hybox
 EXECD_BIN := bin/hybox-execd
 IMAGE_ARCHIVE ?= /var/cache/hybox/python-3-bookworm.oci.tar
+GVISOR_CACHE ?= /var/cache/hybox/gvisor
+# What `make gvisor` built: the directory holding runsc and its shim ("" = the build failed).
+GVISOR_DIR_FILE := $(CURDIR)/build/gvisor-dir
+# The test containerd (internal/ocienv); HYBOX_TEST_DATA_DIR gives a run its own.
+TEST_DATA_DIR = $(or $(HYBOX_TEST_DATA_DIR),/var/lib/hybox-test)
 CONTAINERD_SOCK = $(DATA_DIR)/containerd/containerd.sock
 IS_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo yes)
 GUEST_DIR := $(CURDIR)/build/guests
@@ -13,7 +18,7 @@ API_KEY_FILE ?= $(CURDIR)/build/api-key
 VAULT_KEY_FILE ?= $(CURDIR)/build/vault-key
 export HYBOX_GUEST_DIR := $(GUEST_DIR)
 
-.PHONY: all build guests run test test-unit test-e2e test-fuzz bench check fmt vet clean deps containers-deps containerd containerd-stop image
+.PHONY: all build guests run stop test test-unit test-sdk test-e2e test-fuzz bench check generate fmt vet clean deps containers-deps gvisor containerd containerd-stop image
 
 all: build
 
@@ -22,22 +27,37 @@ deps:
 	@./scripts/install-deps.sh
 
 guests: deps
+	@echo "make: guest interpreters (python.wasm, quickjs.wasm) in $(GUEST_DIR)"
 	@./scripts/fetch-guests.sh $(GUEST_DIR)
 
 build: guests
-	$(GO) build -o $(BIN) ./cmd/hybox
-	CGO_ENABLED=0 $(GO) build -trimpath -o $(EXECD_BIN) ./cmd/hybox-execd
+	@echo "make: go build ./cmd/hybox -> $(BIN)"
+	@$(GO) build -o $(BIN) ./cmd/hybox
+	@echo "make: go build ./cmd/hybox-execd -> $(EXECD_BIN) (static)"
+	@CGO_ENABLED=0 $(GO) build -trimpath -o $(EXECD_BIN) ./cmd/hybox-execd
 
-# Container sandboxes (root only): Debian's containerd, runc, runsc, CNI
-# plugins, nftables, mmdebstrap; a private containerd under $(DATA_DIR).
+# Container sandboxes (root only): Debian's containerd, runc, CNI plugins,
+# nftables, mmdebstrap; gVisor (runsc and its shim) built from source and
+# cached by version in $(GVISOR_CACHE); a private containerd under $(DATA_DIR).
 containers-deps:
 	@./scripts/containers/install-deps.sh
 
-containerd: containers-deps
-	@./scripts/containers/containerd.sh start $(DATA_DIR)
+# A failed gVisor build is reported, not fatal: containers then run under runc only.
+gvisor:
+	@mkdir -p $(dir $(GVISOR_DIR_FILE))
+	@if out=$$(./scripts/containers/build-gvisor.sh $(GVISOR_CACHE)); then echo "$$out" | tail -n 1 > $(GVISOR_DIR_FILE); \
+	else : > $(GVISOR_DIR_FILE); echo "make: the gVisor build failed (see above); container sandboxes will run under runc only"; fi
+
+containerd: containers-deps gvisor
+	@echo "make: starting a private containerd under $(DATA_DIR)/containerd"
+	@./scripts/containers/containerd.sh start $(DATA_DIR) $$(cat $(GVISOR_DIR_FILE))
 
 containerd-stop:
 	@./scripts/containers/containerd.sh stop $(DATA_DIR)
+
+# Stops what `make run` started: its containerd (the server stops with Ctrl-C).
+stop: containerd-stop
+	@echo "make: stopped the containerd under $(DATA_DIR)/containerd (sandboxes' shims stop with their sandboxes)"
 
 # The local test image localhost/hybox/python:3-bookworm (no registry here).
 image: containerd
@@ -56,23 +76,56 @@ $(VAULT_KEY_FILE):
 
 ifeq ($(IS_ROOT),yes)
 RUN_DEPS := containerd
-RUN_FLAGS := --containerd $(CONTAINERD_SOCK) --runsc-binary $(DATA_DIR)/bin/runsc-hybox
+RUN_FLAGS = --containerd $(CONTAINERD_SOCK) $$(g=$$(cat $(GVISOR_DIR_FILE)); [ -z "$$g" ] || echo --runsc-binary $$g/runsc)
 endif
 
+# Ctrl-C stops the server; then the containerd this target started is stopped too.
 run: build $(API_KEY_FILE) $(VAULT_KEY_FILE) $(RUN_DEPS)
 	@echo "hybox on http://$(ADDR)  API key: $$(cat $(API_KEY_FILE))  (export OPEN_SANDBOX_API_KEY=$$(cat $(API_KEY_FILE)))"
+	@echo "make: starting hybox serve (Ctrl-C stops it$(if $(RUN_DEPS), and then its containerd))"
+	@trap 'true' INT TERM; \
 	$(BIN) serve --addr $(ADDR) --data-dir $(DATA_DIR) --api-key-file $(API_KEY_FILE) --guest-dir $(GUEST_DIR) \
 		--vault-key-file $(VAULT_KEY_FILE) \
-		--execd-binary $(CURDIR)/$(EXECD_BIN) $(RUN_FLAGS)
+		--execd-binary $(CURDIR)/$(EXECD_BIN) $(RUN_FLAGS); rc=$$?; \
+	if [ -n "$(RUN_DEPS)" ]; then \
+		echo "make: stopping the containerd under $(DATA_DIR)/containerd"; \
+		./scripts/containers/containerd.sh stop $(DATA_DIR); \
+	fi; exit $$rc
 
-test: test-unit test-e2e test-fuzz
+test: test-unit test-sdk test-e2e test-fuzz
 
 ifeq ($(IS_ROOT),yes)
-TEST_DEPS := containers-deps
+TEST_DEPS := containers-deps gvisor
 endif
 
-test-unit: guests vet $(TEST_DEPS)
-	$(GO) test -race -timeout 20m ./...
+# The container tests share one test containerd (started on first use);
+# when this run started it, it is stopped at the end.
+test-unit: guests check $(TEST_DEPS)
+	@if [ "$(IS_ROOT)" = yes ] && ! ./scripts/containers/containerd.sh status $(TEST_DATA_DIR) >/dev/null 2>&1; then \
+		started=yes; fi; \
+	$(GO) test -race -timeout 20m ./...; rc=$$?; \
+	if [ "$$started" = yes ]; then \
+		echo "make: stopping the test containerd under $(TEST_DATA_DIR) (this run started it)"; \
+		./scripts/containers/containerd.sh stop $(TEST_DATA_DIR); \
+	fi; exit $$rc
+
+# The Go SDK (its own module, sdks/go) against a real `hybox serve`: the
+# binary just built. HYBOX_REQUIRE_SDK_SERVER makes a missing binary a failure.
+# As root its container tests use the shared test containerd (the one the
+# container backend's tests start) and the test image archive.
+# When this target starts the test containerd, it stops it at the end.
+test-sdk: build $(TEST_DEPS)
+	@sock=""; started=""; \
+	if [ "$(IS_ROOT)" = yes ]; then \
+		./scripts/containers/containerd.sh status $(TEST_DATA_DIR) >/dev/null 2>&1 || started=yes; \
+		if ./scripts/containers/containerd.sh start $(TEST_DATA_DIR) >/dev/null; then \
+			sock=$(TEST_DATA_DIR)/containerd/containerd.sock; fi; fi; \
+	(cd sdks/go && HYBOX_BIN=$(CURDIR)/$(BIN) HYBOX_REQUIRE_SDK_SERVER=1 HYBOX_SDK_CONTAINERD=$$sock \
+		HYBOX_SDK_IMAGE_ARCHIVE=$(IMAGE_ARCHIVE) $(GO) test -race -timeout 10m ./...); rc=$$?; \
+	if [ "$$started" = yes ]; then \
+		echo "make: stopping the test containerd under $(TEST_DATA_DIR) (this run started it)"; \
+		./scripts/containers/containerd.sh stop $(TEST_DATA_DIR); \
+	fi; exit $$rc
 
 test-e2e: build
 	@./scripts/e2e.sh
@@ -85,8 +138,17 @@ test-fuzz: build
 bench: build
 	@./scripts/bench.sh
 
-check: vet
+# The wire types are generated from the protocol document by oapi-codegen,
+# run with `go run` at the version pinned in sdks/go/api/doc.go.
+generate:
+	@echo "generate: sdks/go/api/api.gen.go from sdks/openapi.yaml"
+	cd sdks/go && $(GO) generate ./api
+
+# check: formatting, vet, and generated code in step with the document.
+check: vet generate
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1)
+	@git diff --quiet -- sdks/go/api || (git diff --stat -- sdks/go/api; echo "sdks/go/api is stale: run make generate and commit it"; exit 1)
+	cd sdks/go && $(GO) vet ./...
 
 # wasmfs implements wazero's File interface, whose Seek signature trips
 # vet's stdmethods check; that one check is off for that one package.
@@ -98,4 +160,5 @@ fmt:
 	gofmt -w $$(git ls-files '*.go')
 
 clean:
-	rm -rf bin build/data build/wazero-cache
+	@./scripts/containers/containerd.sh stop $(DATA_DIR) 2>/dev/null || true
+	rm -rf bin build/data build/wazero-cache build/gvisor-dir

@@ -5,18 +5,22 @@ import (
 	"errors"
 	"io"
 	"os"
+
+	"github.com/hybox-dev/hybox/sdks/go/api"
+	"github.com/hybox-dev/hybox/sdks/go/errdefs"
 )
 
-// Sentinel errors returned by backends. Handlers map them to wire error codes
-// in one place (errors.go); backends wrap them with context.
+// Sentinel errors returned by backends. They carry their wire codes
+// (errdefs), which turns them into statuses in one place; backends wrap
+// them with context.
 var (
 	// ErrNotSupported: the backend cannot do this (for example a PTY in a
 	// wasm sandbox). The message should name what can.
-	ErrNotSupported = errors.New("not supported")
+	ErrNotSupported = errdefs.ErrNotSupported
 	// ErrUnknownLanguage: no interpreter for the requested language.
-	ErrUnknownLanguage = errors.New("unknown language")
+	ErrUnknownLanguage = errdefs.New(api.ErrorCodeUNKNOWNLANGUAGE, "unknown language")
 	// ErrBusy: the context is already running an execution.
-	ErrBusy = errors.New("busy")
+	ErrBusy = errdefs.New(api.ErrorCodeCONTEXTBUSY, "busy")
 	// ErrTimeout: the execution hit its wall-clock limit and was stopped.
 	ErrTimeout = errors.New("execution timed out")
 	// ErrInterrupted: the execution was interrupted by a client.
@@ -28,7 +32,7 @@ var (
 	// ErrOutputLimit: the execution wrote more output than allowed and was stopped.
 	ErrOutputLimit = errors.New("output limit exceeded")
 	// ErrOverloaded: too many executions are running on this server.
-	ErrOverloaded = errors.New("too many concurrent executions")
+	ErrOverloaded = errdefs.New(api.ErrorCodeTOOMANYEXECUTIONS, "too many concurrent executions")
 )
 
 // Output receives what an execution produces, in order, while it runs.
@@ -45,13 +49,9 @@ type Output interface {
 	Result(bundle map[string]string)
 }
 
-// ExecError describes a user-level failure of code: an exception. It is
-// data, not a Go error.
-type ExecError struct {
-	EName     string   `json:"ename"`
-	EValue    string   `json:"evalue"`
-	Traceback []string `json:"traceback"`
-}
+// ExecError describes a user-level failure of code: an exception (the wire
+// type ExecError). It is data, not a Go error.
+type ExecError = api.ExecError
 
 // Interpreter is one live, stateful interpreter (a code context). It runs one
 // execution at a time; execd serialises calls.
@@ -97,14 +97,8 @@ type Session interface {
 	Close() error
 }
 
-// Metrics is the body of GET /metrics.
-type Metrics struct {
-	CPUCount    float64 `json:"cpu_count"`
-	CPUUsedPct  float64 `json:"cpu_used_pct"`
-	MemTotalMiB float64 `json:"mem_total_mib"`
-	MemUsedMiB  float64 `json:"mem_used_mib"`
-	Timestamp   int64   `json:"timestamp"`
-}
+// Metrics is the body of GET /metrics (the wire type Metrics).
+type Metrics = api.Metrics
 
 // Backend is what a sandbox provides to the execd API. The wasm backend
 // implements it with wazero and a shell interpreter; hybox-execd with OS

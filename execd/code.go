@@ -2,6 +2,8 @@ package execd
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -10,8 +12,8 @@ import (
 	"sync"
 	"time"
 
-	"crypto/rand"
-	"encoding/hex"
+	"github.com/hybox-dev/hybox/sdks/go/api"
+	"github.com/hybox-dev/hybox/sdks/go/errdefs"
 )
 
 // newID returns a random identifier (UUID v4 form).
@@ -66,14 +68,8 @@ func newCodeManager(h *Handler) *codeManager {
 	return &codeManager{h: h, contexts: map[string]*codeContext{}, defaults: map[string]string{}}
 }
 
-type contextJSON struct {
-	ID       string `json:"id"`
-	Language string `json:"language"`
-	Cwd      string `json:"cwd,omitempty"`
-}
-
-func (c *codeContext) json() contextJSON {
-	return contextJSON{ID: c.id, Language: c.language, Cwd: c.cwd}
+func (c *codeContext) json() api.CodeContext {
+	return api.CodeContext{ID: c.id, Language: c.language, Cwd: c.cwd}
 }
 
 // supports reports whether the backend runs language (bash always).
@@ -126,15 +122,12 @@ func (m *codeManager) newContext(ctx context.Context, rawLang, cwd string) (*cod
 }
 
 func (m *codeManager) create(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		Language string `json:"language"`
-		Cwd      string `json:"cwd"`
-	}
+	var req api.CodeContextRequest
 	if !m.h.decodeJSON(w, r, &req) {
 		return
 	}
 	if strings.TrimSpace(req.Language) == "" {
-		writeError(w, http.StatusBadRequest, CodeInvalidRequestBody, "language is required")
+		writeError(w, CodeInvalidRequestBody, "language is required")
 		return
 	}
 	c, err := m.newContext(r.Context(), req.Language, req.Cwd)
@@ -148,7 +141,7 @@ func (m *codeManager) create(w http.ResponseWriter, r *http.Request) {
 func (m *codeManager) list(w http.ResponseWriter, r *http.Request) {
 	lang := normalizeLanguage(r.URL.Query().Get("language"))
 	m.mu.Lock()
-	out := []contextJSON{}
+	out := []api.CodeContext{}
 	for _, c := range m.contexts {
 		if lang == "" || c.language == lang {
 			out = append(out, c.json())
@@ -169,7 +162,7 @@ func (m *codeManager) lookup(id string) (*codeContext, bool) {
 func (m *codeManager) get(w http.ResponseWriter, r *http.Request) {
 	c, ok := m.lookup(r.PathValue("id"))
 	if !ok {
-		writeError(w, http.StatusNotFound, CodeContextNotFound, fmt.Sprintf("code context %q not found", r.PathValue("id")))
+		writeError(w, CodeContextNotFound, fmt.Sprintf("code context %q not found", r.PathValue("id")))
 		return
 	}
 	writeJSON(w, http.StatusOK, c.json())
@@ -201,7 +194,7 @@ func (m *codeManager) remove(c *codeContext) {
 func (m *codeManager) delete(w http.ResponseWriter, r *http.Request) {
 	c, ok := m.lookup(r.PathValue("id"))
 	if !ok {
-		writeError(w, http.StatusNotFound, CodeContextNotFound, fmt.Sprintf("code context %q not found", r.PathValue("id")))
+		writeError(w, CodeContextNotFound, fmt.Sprintf("code context %q not found", r.PathValue("id")))
 		return
 	}
 	m.remove(c)
@@ -211,7 +204,7 @@ func (m *codeManager) delete(w http.ResponseWriter, r *http.Request) {
 func (m *codeManager) deleteByLanguage(w http.ResponseWriter, r *http.Request) {
 	raw := r.URL.Query().Get("language")
 	if raw == "" {
-		writeError(w, http.StatusBadRequest, CodeMissingQuery, "query parameter language is required")
+		writeError(w, CodeMissingQuery, "query parameter language is required")
 		return
 	}
 	lang := normalizeLanguage(raw)
@@ -271,90 +264,85 @@ func (m *codeManager) defaultContext(ctx context.Context, rawLang string) (*code
 	return c, nil
 }
 
-// codeRequest is the body of POST /code.
-type codeRequest struct {
-	Context *struct {
-		ID       string `json:"id"`
-		Language string `json:"language"`
-	} `json:"context"`
-	Language  string  `json:"language"`
-	Code      *string `json:"code"`
-	TimeoutMs int64   `json:"timeoutMs"`
-	Timeout   int64   `json:"timeout"`
-}
-
 func (m *codeManager) run(w http.ResponseWriter, r *http.Request) {
-	var req codeRequest
+	var req api.CodeRunRequest
 	if !m.h.decodeJSON(w, r, &req) {
 		return
 	}
+	s := newStream(w)
+	defer s.close()
+	if err := m.h.RunCode(r.Context(), req, s); err != nil {
+		writeErr(w, err)
+	}
+}
+
+// RunCode runs req as POST /code does, sending the execution's events to
+// s: in the context req names, else in the default context of its language
+// (python when none is named). It returns when the execution has ended.
+// Cancelling ctx interrupts the execution.
+//
+// # Errors
+// Before any event is sent: INVALID_REQUEST_BODY (no code),
+// CONTEXT_NOT_FOUND, UNKNOWN_LANGUAGE, CONTEXT_BUSY (the context runs
+// another execution), TOO_MANY_EXECUTIONS, or the backend's failure to
+// start an interpreter. Once events flow, a failure is an error event.
+func (h *Handler) RunCode(ctx context.Context, req api.CodeRunRequest, s Sink) error {
+	m := h.codes
 	if req.Code == nil {
-		writeError(w, http.StatusBadRequest, CodeInvalidRequestBody, "code is required")
-		return
+		return errdefs.New(CodeInvalidRequestBody, "code is required")
 	}
 	var c *codeContext
 	var err error
-	lang := req.Language
-	id := ""
-	if req.Context != nil {
-		id = req.Context.ID
-		if req.Context.Language != "" {
-			lang = req.Context.Language
-		}
+	lang, id := req.Language, req.Context.ID
+	if req.Context.Language != "" {
+		lang = req.Context.Language
 	}
 	switch {
 	case id != "":
 		var ok bool
 		if c, ok = m.lookup(id); !ok {
-			writeError(w, http.StatusNotFound, CodeContextNotFound, fmt.Sprintf("code context %q not found", id))
-			return
+			return errdefs.New(CodeContextNotFound, "code context %q not found", id)
 		}
 	case lang == "":
 		lang = "python"
 		fallthrough
 	default:
-		if c, err = m.defaultContext(r.Context(), lang); err != nil {
-			writeErr(w, err)
-			return
+		if c, err = m.defaultContext(ctx, lang); err != nil {
+			return err
 		}
 	}
 	if req.TimeoutMs < 0 || req.Timeout < 0 {
-		writeError(w, http.StatusBadRequest, CodeInvalidRequestBody, "timeoutMs and timeout must not be negative")
-		return
+		return errdefs.New(CodeInvalidRequestBody, "timeoutMs and timeout must not be negative")
 	}
 	timeout := req.TimeoutMs
 	if timeout == 0 {
 		timeout = req.Timeout
 	}
-	m.execute(w, r, c, *req.Code, m.h.execTimeout(timeout))
+	return m.execute(ctx, c, *req.Code, h.execTimeout(timeout), s)
 }
 
-// execute runs code in c and streams the events. A context runs one
+// execute runs code in c and sends the events to s. A context runs one
 // execution at a time: a second gets 409 CONTEXT_BUSY.
-func (m *codeManager) execute(w http.ResponseWriter, r *http.Request, c *codeContext, code string, timeout time.Duration) {
+func (m *codeManager) execute(ctx context.Context, c *codeContext, code string, timeout time.Duration, s Sink) error {
 	if !c.run.TryLock() {
-		writeErr(w, fmt.Errorf("%w: code context %s is running another execution; wait for it or interrupt it with DELETE /code?id=%s", ErrBusy, c.id, c.id))
-		return
+		return fmt.Errorf("%w: code context %s is running another execution; wait for it or interrupt it with DELETE /code?id=%s", ErrBusy, c.id, c.id)
 	}
 	defer c.run.Unlock()
-	release, err := m.h.opts.Limiter.Acquire(r.Context())
+	release, err := m.h.opts.Limiter.Acquire(ctx)
 	if err != nil {
-		writeErr(w, err)
-		return
+		return err
 	}
 	defer release()
 
 	if c.language == "bash" {
-		m.h.commands.stream(w, r, commandRequest{Command: code, Cwd: c.cwd}, timeout)
-		return
+		return m.h.commands.foreground(ctx, commandRequest{Command: code, Cwd: c.cwd}, timeout, s)
 	}
 
 	execID := newID()
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		writeError(w, http.StatusNotFound, CodeContextNotFound, "code context was deleted")
-		return
+		return errdefs.New(CodeContextNotFound, "code context was deleted")
 	}
 	it := c.interp
 	if it == nil {
@@ -362,16 +350,15 @@ func (m *codeManager) execute(w http.ResponseWriter, r *http.Request, c *codeCon
 		c.mu.Unlock()
 		// Starting an interpreter is not part of the execution's time
 		// budget: only the client going away cancels it.
-		it, err = m.h.opts.Backend.NewInterpreter(r.Context(), c.language, c.cwd)
+		it, err = m.h.opts.Backend.NewInterpreter(ctx, c.language, c.cwd)
 		if err != nil {
-			writeErr(w, err)
-			return
+			return err
 		}
 		c.mu.Lock()
 		c.interp = it
 	}
 	// The time budget starts once the interpreter is ready.
-	ctx, cancelTimeout := context.WithTimeoutCause(r.Context(), timeout, fmt.Errorf("%w after %s", ErrTimeout, timeout))
+	ctx, cancelTimeout := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("%w after %s", ErrTimeout, timeout))
 	defer cancelTimeout()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -386,14 +373,12 @@ func (m *codeManager) execute(w http.ResponseWriter, r *http.Request, c *codeCon
 		c.mu.Unlock()
 	}()
 
-	s := newStream(w)
-	defer s.close()
 	start := time.Now()
-	s.send(Event{Type: EventInit, Text: execID})
-	s.send(Event{Type: EventExecutionCount, ExecutionCount: count})
+	send(s, Event{Type: EventInit, Text: execID})
+	send(s, Event{Type: EventExecutionCount, ExecutionCount: count})
 	stop := make(chan struct{})
 	defer close(stop)
-	go s.keepAlive(m.h.opts.KeepAlive, stop)
+	go keepAlive(s, m.h.opts.KeepAlive, stop)
 
 	b := &budget{limit: m.h.opts.OutputLimitBytes}
 	out := &streamOutput{s: s, count: count, budget: b}
@@ -412,14 +397,15 @@ func (m *codeManager) execute(w http.ResponseWriter, r *http.Request, c *codeCon
 			c.mu.Unlock()
 			_ = it.Close()
 		}
-		s.send(Event{Type: EventError, ExecutionCount: count, Error: failure(err)})
-		return
+		send(s, Event{Type: EventError, ExecutionCount: count, Error: failure(err)})
+		return nil
 	}
 	if execErr != nil {
-		s.send(Event{Type: EventError, ExecutionCount: count, Error: execErr})
-		return
+		send(s, Event{Type: EventError, ExecutionCount: count, Error: execErr})
+		return nil
 	}
-	s.send(Event{Type: EventExecutionComplete, ExecutionCount: count, ExecutionTime: time.Since(start).Milliseconds()})
+	send(s, Event{Type: EventExecutionComplete, ExecutionCount: count, ExecutionTime: time.Since(start).Milliseconds()})
+	return nil
 }
 
 // failure turns a system error of an execution into the error event body.
@@ -444,14 +430,14 @@ func failure(err error) *ExecError {
 
 // streamOutput adapts an execution's output to stream events.
 type streamOutput struct {
-	s      *stream
+	s      Sink
 	count  int
 	budget *budget
 }
 
-func (o *streamOutput) write(typ string, p []byte) {
+func (o *streamOutput) write(typ api.EventType, p []byte) {
 	o.budget.capped(writerFunc(func(b []byte) (int, error) {
-		o.s.send(Event{Type: typ, Text: string(b)})
+		send(o.s, Event{Type: typ, Text: string(b)})
 		return len(b), nil
 	})).Write(p)
 }
@@ -466,7 +452,7 @@ func (o *streamOutput) Result(bundle map[string]string) {
 		}
 		res[k] = v
 	}
-	o.s.send(Event{Type: EventResult, ExecutionCount: o.count, Results: res})
+	send(o.s, Event{Type: EventResult, ExecutionCount: o.count, Results: res})
 }
 
 type writerFunc func([]byte) (int, error)
@@ -476,7 +462,7 @@ func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 func (m *codeManager) interrupt(w http.ResponseWriter, r *http.Request) {
 	id := r.URL.Query().Get("id")
 	if id == "" {
-		writeError(w, http.StatusBadRequest, CodeMissingQuery, "query parameter id is required")
+		writeError(w, CodeMissingQuery, "query parameter id is required")
 		return
 	}
 	m.mu.Lock()
@@ -490,7 +476,7 @@ func (m *codeManager) interrupt(w http.ResponseWriter, r *http.Request) {
 	}
 	m.mu.Unlock()
 	if target == nil {
-		writeError(w, http.StatusNotFound, CodeContextNotFound, fmt.Sprintf("no code context or execution %q", id))
+		writeError(w, CodeContextNotFound, fmt.Sprintf("no code context or execution %q", id))
 		return
 	}
 	target.mu.Lock()

@@ -9,19 +9,12 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/hybox-dev/hybox/sdks/go/api"
 )
 
-// commandRequest is the body of POST /command.
-type commandRequest struct {
-	Command    string            `json:"command"`
-	Argv       []string          `json:"argv"`
-	Cwd        string            `json:"cwd"`
-	Background bool              `json:"background"`
-	Timeout    int64             `json:"timeout"` // milliseconds
-	UID        *int              `json:"uid"`
-	GID        *int              `json:"gid"`
-	Envs       map[string]string `json:"envs"`
-}
+// commandRequest is the body of POST /command (Timeout in milliseconds).
+type commandRequest = api.CommandRequest
 
 // command is one command's record, kept for status and logs.
 type command struct {
@@ -39,23 +32,13 @@ type command struct {
 	logs     *logBuffer
 }
 
-type commandStatus struct {
-	ID         string  `json:"id"`
-	Content    string  `json:"content"`
-	Running    bool    `json:"running"`
-	ExitCode   *int    `json:"exit_code"`
-	Error      string  `json:"error,omitempty"`
-	StartedAt  string  `json:"started_at"`
-	FinishedAt *string `json:"finished_at"`
-}
-
-func (c *command) status() commandStatus {
+func (c *command) status() api.CommandStatus {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	st := commandStatus{ID: c.id, Content: c.content, Running: c.running, ExitCode: c.exitCode, Error: c.errText,
-		StartedAt: c.started.UTC().Format(time.RFC3339Nano)}
+	st := api.CommandStatus{ID: c.id, Content: c.content, Running: c.running, ExitCode: c.exitCode, Error: c.errText,
+		StartedAt: c.started.UTC()}
 	if !c.finished.IsZero() {
-		f := c.finished.UTC().Format(time.RFC3339Nano)
+		f := c.finished.UTC()
 		st.FinishedAt = &f
 	}
 	return st
@@ -112,11 +95,11 @@ func (m *commandManager) run(w http.ResponseWriter, r *http.Request) {
 		req.Command = shellJoin(req.Argv)
 	}
 	if req.Command == "" {
-		writeError(w, http.StatusBadRequest, CodeInvalidRequestBody, "command is required")
+		writeError(w, CodeInvalidRequestBody, "command is required")
 		return
 	}
 	if req.Timeout < 0 {
-		writeError(w, http.StatusBadRequest, CodeInvalidRequestBody, "timeout must not be negative")
+		writeError(w, CodeInvalidRequestBody, "timeout must not be negative")
 		return
 	}
 	if req.Background {
@@ -129,7 +112,11 @@ func (m *commandManager) run(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
-	m.stream(w, r, req, m.h.execTimeout(req.Timeout))
+	s := newStream(w)
+	defer s.close()
+	if err := m.foreground(r.Context(), req, m.h.execTimeout(req.Timeout), s); err != nil {
+		writeErr(w, err)
+	}
 }
 
 // exitOf returns the exit code and error text of a finished process.
@@ -143,18 +130,18 @@ func exitOf(code int, err error, cause error) (int, string) {
 	return code, ""
 }
 
-// stream runs a foreground command, one event per output line.
-func (m *commandManager) stream(w http.ResponseWriter, r *http.Request, req commandRequest, timeout time.Duration) {
-	ctx, cancelTimeout := context.WithTimeoutCause(r.Context(), timeout, fmt.Errorf("%w after %s", ErrTimeout, timeout))
+// foreground runs a command to its end, sending one event per output line
+// to s. It returns an error only when the command could not start (no
+// event was sent then); every later failure is an event.
+func (m *commandManager) foreground(ctx context.Context, req commandRequest, timeout time.Duration, s Sink) error {
+	ctx, cancelTimeout := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("%w after %s", ErrTimeout, timeout))
 	defer cancelTimeout()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 
-	s := newStream(w)
-	defer s.close()
 	c := &command{id: newID(), content: req.Command, started: time.Now(), running: true, cancel: cancel,
 		logs: newLogBuffer(m.h.opts.LogLimitBytes)}
-	emit := func(typ, text string) { s.send(Event{Type: typ, Text: text}) }
+	emit := func(typ api.EventType, text string) { send(s, Event{Type: typ, Text: text}) }
 	stdout := &lineWriter{typ: EventStdout, emit: emit}
 	stderr := &lineWriter{typ: EventStderr, emit: emit}
 	b := &budget{limit: m.h.opts.OutputLimitBytes}
@@ -165,15 +152,14 @@ func (m *commandManager) stream(w http.ResponseWriter, r *http.Request, req comm
 		Stdout: b.capped(multiWriter(stdout, c.logs)), Stderr: b.capped(multiWriter(stderr, c.logs)),
 	})
 	if err != nil {
-		writeErr(w, err)
-		return
+		return err
 	}
 	c.proc = proc
 	m.add(c)
-	s.send(Event{Type: EventInit, Text: c.id})
+	send(s, Event{Type: EventInit, Text: c.id})
 	stop := make(chan struct{})
 	defer close(stop)
-	go s.keepAlive(m.h.opts.KeepAlive, stop)
+	go keepAlive(s, m.h.opts.KeepAlive, stop)
 
 	waitDone := make(chan struct{})
 	go func() {
@@ -194,18 +180,19 @@ func (m *commandManager) stream(w http.ResponseWriter, r *http.Request, req comm
 	code, errText := exitOf(code, werr, cause)
 	m.finish(c, code, errText)
 	if cause != nil {
-		s.send(Event{Type: EventError, Error: &ExecError{EName: "CommandExecError", EValue: strconv.Itoa(code), Traceback: []string{cause.Error()}}})
-		return
+		send(s, Event{Type: EventError, Error: &ExecError{EName: "CommandExecError", EValue: strconv.Itoa(code), Traceback: []string{cause.Error()}}})
+		return nil
 	}
 	if code != 0 || werr != nil {
 		tb := []string{}
 		if werr != nil {
 			tb = append(tb, werr.Error())
 		}
-		s.send(Event{Type: EventError, Error: &ExecError{EName: "CommandExecError", EValue: strconv.Itoa(code), Traceback: tb}})
-		return
+		send(s, Event{Type: EventError, Error: &ExecError{EName: "CommandExecError", EValue: strconv.Itoa(code), Traceback: tb}})
+		return nil
 	}
-	s.send(Event{Type: EventExecutionComplete, ExecutionTime: time.Since(c.started).Milliseconds()})
+	send(s, Event{Type: EventExecutionComplete, ExecutionTime: time.Since(c.started).Milliseconds()})
+	return nil
 }
 
 func (m *commandManager) finish(c *command, code int, errText string) {
@@ -261,14 +248,14 @@ func (m *commandManager) background(w http.ResponseWriter, r *http.Request, req 
 	}()
 	s := newStream(w)
 	defer s.close()
-	s.send(Event{Type: EventInit, Text: c.id})
-	s.send(Event{Type: EventExecutionComplete, ExecutionTime: 0})
+	send(s, Event{Type: EventInit, Text: c.id})
+	send(s, Event{Type: EventExecutionComplete, ExecutionTime: 0})
 }
 
 func (m *commandManager) status(w http.ResponseWriter, r *http.Request, id string) {
 	c, ok := m.lookup(id)
 	if !ok {
-		writeError(w, http.StatusNotFound, CodeNotFound, fmt.Sprintf("command %q not found", id))
+		writeError(w, CodeNotFound, fmt.Sprintf("command %q not found", id))
 		return
 	}
 	writeJSON(w, http.StatusOK, c.status())
@@ -277,14 +264,14 @@ func (m *commandManager) status(w http.ResponseWriter, r *http.Request, id strin
 func (m *commandManager) logs(w http.ResponseWriter, r *http.Request, id string) {
 	c, ok := m.lookup(id)
 	if !ok {
-		writeError(w, http.StatusNotFound, CodeNotFound, fmt.Sprintf("command %q not found", id))
+		writeError(w, CodeNotFound, fmt.Sprintf("command %q not found", id))
 		return
 	}
 	var cursor int64
 	if v := r.URL.Query().Get("cursor"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 {
-			writeError(w, http.StatusBadRequest, CodeInvalidRequestBody, "cursor must be a non-negative integer")
+			writeError(w, CodeInvalidRequestBody, "cursor must be a non-negative integer")
 			return
 		}
 		cursor = n
@@ -299,12 +286,12 @@ func (m *commandManager) logs(w http.ResponseWriter, r *http.Request, id string)
 func (m *commandManager) interrupt(w http.ResponseWriter, r *http.Request) {
 	id := r.URL.Query().Get("id")
 	if id == "" {
-		writeError(w, http.StatusBadRequest, CodeMissingQuery, "query parameter id is required")
+		writeError(w, CodeMissingQuery, "query parameter id is required")
 		return
 	}
 	c, ok := m.lookup(id)
 	if !ok {
-		writeError(w, http.StatusNotFound, CodeNotFound, fmt.Sprintf("command %q not found", id))
+		writeError(w, CodeNotFound, fmt.Sprintf("command %q not found", id))
 		return
 	}
 	c.mu.Lock()

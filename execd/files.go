@@ -10,6 +10,8 @@ import (
 	"os"
 	"slices"
 	"time"
+
+	"github.com/hybox-dev/hybox/sdks/go/api"
 )
 
 // FilesOptions configures the files and directories routes.
@@ -25,14 +27,6 @@ const defaultMaxUpload = 1 << 30
 // maxJSONBody caps the JSON bodies of the files routes (permissions, mv,
 // replace, directories).
 const maxJSONBody = 8 << 20
-
-// Wire codes used only by the files API.
-const (
-	// CodeInvalidFileMetadata: an upload's metadata part is missing or malformed.
-	CodeInvalidFileMetadata = "INVALID_FILE_METADATA"
-	// CodeInvalidRange: a download's Range header is malformed or unsatisfiable.
-	CodeInvalidRange = "INVALID_RANGE"
-)
 
 var (
 	// errFileKind marks an operation that does not fit the file it names:
@@ -96,7 +90,7 @@ func (a *filesAPI) withRoot(h func(http.ResponseWriter, *http.Request, *os.Root)
 	return func(w http.ResponseWriter, r *http.Request) {
 		root := a.root()
 		if root == nil {
-			writeError(w, http.StatusServiceUnavailable, CodeRuntimeError, "sandbox filesystem is not available")
+			writeError(w, CodeRuntimeError, "sandbox filesystem is not available")
 			return
 		}
 		h(w, r, root)
@@ -108,11 +102,11 @@ func (a *filesAPI) withRoot(h func(http.ResponseWriter, *http.Request, *os.Root)
 func writeFilesErr(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, errFileKind), errors.Is(err, errBadRequest):
-		writeError(w, http.StatusBadRequest, CodeInvalidRequestBody, err.Error())
+		writeError(w, CodeInvalidRequestBody, err.Error())
 	case errors.Is(err, errBadMetadata):
-		writeError(w, http.StatusBadRequest, CodeInvalidFileMetadata, err.Error())
+		writeError(w, CodeInvalidFileMetadata, err.Error())
 	case errors.Is(err, errTooLarge):
-		writeError(w, http.StatusRequestEntityTooLarge, CodePayloadTooLarge, err.Error())
+		writeError(w, CodePayloadTooLarge, err.Error())
 	default:
 		writeErr(w, err)
 	}
@@ -123,7 +117,7 @@ func writeFilesErr(w http.ResponseWriter, err error) {
 func queryPaths(w http.ResponseWriter, r *http.Request) []string {
 	paths := r.URL.Query()["path"]
 	if len(paths) == 0 || (len(paths) == 1 && paths[0] == "") {
-		writeError(w, http.StatusBadRequest, CodeMissingQuery, "missing query parameter 'path'")
+		writeError(w, CodeMissingQuery, "missing query parameter 'path'")
 		return nil
 	}
 	return paths
@@ -134,7 +128,7 @@ func queryPaths(w http.ResponseWriter, r *http.Request) []string {
 func queryPath(w http.ResponseWriter, r *http.Request) string {
 	p := r.URL.Query().Get("path")
 	if p == "" {
-		writeError(w, http.StatusBadRequest, CodeMissingQuery, "missing query parameter 'path'")
+		writeError(w, CodeMissingQuery, "missing query parameter 'path'")
 	}
 	return p
 }
@@ -149,7 +143,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 		err = errors.New("unexpected data after the JSON value")
 	}
 	if err == nil && string(raw) == "null" {
-		writeError(w, http.StatusBadRequest, CodeInvalidRequestBody, "the request body must be a JSON object or array, not null")
+		writeError(w, CodeInvalidRequestBody, "the request body must be a JSON object or array, not null")
 		return false
 	}
 	if err == nil {
@@ -159,11 +153,11 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 		return true
 	}
 	if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-		writeError(w, http.StatusRequestEntityTooLarge, CodePayloadTooLarge,
+		writeError(w, CodePayloadTooLarge,
 			fmt.Sprintf("request body larger than %d bytes", maxJSONBody))
 		return false
 	}
-	writeError(w, http.StatusBadRequest, CodeInvalidRequestBody, "invalid JSON body: "+err.Error())
+	writeError(w, CodeInvalidRequestBody, "invalid JSON body: "+err.Error())
 	return false
 }
 
@@ -197,10 +191,10 @@ func fileInfo(guest string, fi fs.FileInfo, ids *idNames) FileInfo {
 	mtime := fi.ModTime().UTC()
 	return FileInfo{
 		Path:       guest,
-		Type:       typ,
+		Type:       api.FileInfoType(typ),
 		Size:       fi.Size(),
-		ModifiedAt: mtime.Format(time.RFC3339),
-		CreatedAt:  fileCreated(fi).UTC().Format(time.RFC3339),
+		ModifiedAt: mtime.Truncate(time.Second),
+		CreatedAt:  fileCreated(fi).UTC().Truncate(time.Second),
 		Owner:      owner,
 		Group:      group,
 		Mode:       modeToWire(fi.Mode()),
@@ -270,11 +264,7 @@ func removeFile(root *os.Root, p string) error {
 }
 
 // permission is one entry of POST /files/permissions and POST /directories.
-type permission struct {
-	Owner string   `json:"owner"`
-	Group string   `json:"group"`
-	Mode  wireMode `json:"mode"`
-}
+type permission = api.Permission
 
 // permissions serves POST /files/permissions {path: {owner, group, mode}}.
 // A zero or absent mode leaves the mode alone; empty owner and group leave
@@ -305,7 +295,7 @@ func setPermission(root *os.Root, ids *idNames, p string, perm permission) error
 	if err != nil {
 		return err
 	}
-	mode, set, err := perm.Mode.fileMode()
+	mode, set, err := fileModeOf(perm.Mode)
 	if err != nil {
 		return err
 	}
@@ -324,10 +314,7 @@ func setPermission(root *os.Root, ids *idNames, p string, perm permission) error
 }
 
 // moveItem is one entry of POST /files/mv.
-type moveItem struct {
-	Src  string `json:"src"`
-	Dest string `json:"dest"`
-}
+type moveItem = api.MoveItem
 
 // move serves POST /files/mv [{src, dest}]: renames files or directories,
 // creating the destination's parent directories. An existing destination

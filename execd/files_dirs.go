@@ -130,7 +130,7 @@ func makeDir(root *os.Root, ids *idNames, p string, perm permission) error {
 	if err != nil {
 		return err
 	}
-	mode, set, err := perm.Mode.fileMode()
+	mode, set, err := fileModeOf(perm.Mode)
 	if err != nil {
 		return err
 	}

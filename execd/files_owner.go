@@ -3,39 +3,17 @@ package execd
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"io/fs"
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/hybox-dev/hybox/sdks/go/api"
 )
 
-// wireMode is a file mode as the wire carries it: the octal digits written
-// as a decimal integer (755 means 0o755). It accepts a JSON number, a
-// string of digits, or null.
-type wireMode int
-
-// UnmarshalJSON implements json.Unmarshaler.
-func (m *wireMode) UnmarshalJSON(b []byte) error {
-	b = bytes.TrimSpace(b)
-	if string(b) == "null" {
-		*m = 0
-		return nil
-	}
-	s := string(b)
-	if len(b) > 0 && b[0] == '"' {
-		if err := json.Unmarshal(b, &s); err != nil {
-			return err
-		}
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil {
-		return fmt.Errorf("mode %s is not an integer", b)
-	}
-	*m = wireMode(n)
-	return nil
-}
+// wireMode is a file mode as the wire carries it (api.FileMode).
+type wireMode = api.FileMode
 
 // fileMode converts m to an fs.FileMode including the setuid, setgid and
 // sticky bits. set is false when m is zero, which the API treats as "not
@@ -43,7 +21,7 @@ func (m *wireMode) UnmarshalJSON(b []byte) error {
 //
 // # Errors
 // errBadRequest when m is negative, has a digit above 7, or exceeds 7777.
-func (m wireMode) fileMode() (mode fs.FileMode, set bool, err error) {
+func fileModeOf(m wireMode) (mode fs.FileMode, set bool, err error) {
 	if m == 0 {
 		return 0, false, nil
 	}

@@ -11,18 +11,15 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+
+	"github.com/hybox-dev/hybox/sdks/go/api"
 )
 
 // replaceItem is one entry of POST /files/replace.
-type replaceItem struct {
-	Old string `json:"old"`
-	New string `json:"new"`
-}
+type replaceItem = api.ReplaceItem
 
 // replaceResult is one entry of the verbose POST /files/replace answer.
-type replaceResult struct {
-	ReplacedCount int `json:"replacedCount"`
-}
+type replaceResult = api.ReplaceResult
 
 // replaceChunk is how much of a file replaceStream reads at a time.
 const replaceChunk = 256 << 10
@@ -36,7 +33,7 @@ func (a *filesAPI) replace(w http.ResponseWriter, r *http.Request, root *os.Root
 	if v := r.URL.Query().Get("verbose"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, CodeInvalidRequestBody, fmt.Sprintf("query parameter verbose must be true or false, not %q", v))
+			writeError(w, CodeInvalidRequestBody, fmt.Sprintf("query parameter verbose must be true or false, not %q", v))
 			return
 		}
 		verbose = b

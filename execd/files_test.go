@@ -16,6 +16,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/hybox-dev/hybox/sdks/go/api"
 )
 
 // filesEnv is a files API served over loopback on a real temp directory.
@@ -73,9 +75,9 @@ type response struct {
 	body   []byte
 }
 
-func (r response) errBody(t *testing.T) ErrorBody {
+func (r response) errBody(t *testing.T) api.Error {
 	t.Helper()
-	var eb ErrorBody
+	var eb api.Error
 	require.NoError(t, json.Unmarshal(r.body, &eb), "body %q", r.body)
 	return eb
 }
@@ -111,7 +113,7 @@ func (e *filesEnv) do(method, target string, body any, header ...string) respons
 }
 
 // expectErr asserts an error response with status and code.
-func expectErr(t *testing.T, r response, status int, code string) {
+func expectErr(t *testing.T, r response, status int, code api.ErrorCode) {
 	t.Helper()
 	require.Equal(t, status, r.status, "body %s", r.body)
 	assert.Equal(t, code, r.errBody(t).Code)
@@ -134,16 +136,16 @@ func TestFilesInfo(t *testing.T) {
 	require.Len(t, got, 3)
 	a := got["/workspace/a.txt"]
 	assert.Equal(t, "/workspace/a.txt", a.Path)
-	assert.Equal(t, "file", a.Type)
+	assert.Equal(t, api.FileInfoTypeFile, a.Type)
 	assert.EqualValues(t, 5, a.Size)
 	assert.Equal(t, 640, a.Mode)
 	assert.Equal(t, "alice", a.Owner)
 	assert.Equal(t, "staff", a.Group)
-	assert.Regexp(t, `^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$`, a.ModifiedAt)
+	assert.Regexp(t, `"modified_at":"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"`, string(r.body), "dates are RFC 3339 in UTC, to the second")
 	assert.NotEmpty(t, a.CreatedAt)
-	assert.Equal(t, "directory", got["workspace"].Type)
+	assert.Equal(t, api.FileInfoTypeDirectory, got["workspace"].Type)
 	assert.Equal(t, "/workspace", got["workspace"].Path, "relative paths are relative to /")
-	assert.Equal(t, "symlink", got["/workspace/link"].Type)
+	assert.Equal(t, api.FileInfoTypeSymlink, got["/workspace/link"].Type)
 
 	// Without a passwd entry the owner is numeric.
 	require.NoError(t, os.Remove(filepath.Join(e.dir, "etc/passwd")))
@@ -155,7 +157,7 @@ func TestFilesInfo(t *testing.T) {
 		name   string
 		query  string
 		status int
-		code   string
+		code   api.ErrorCode
 	}{
 		{"missing file", "?path=/nope", 404, CodeFileNotFound},
 		{"one of several missing", "?path=/workspace/a.txt&path=/nope", 404, CodeFileNotFound},
@@ -236,7 +238,7 @@ func TestFilesPermissions(t *testing.T) {
 		name   string
 		body   string
 		status int
-		code   string
+		code   api.ErrorCode
 	}{
 		{"bad json", `{"/a.sh":`, 400, CodeInvalidRequestBody},
 		{"not an object", `[1]`, 400, CodeInvalidRequestBody},
@@ -277,7 +279,7 @@ func TestFilesMove(t *testing.T) {
 		name   string
 		body   string
 		status int
-		code   string
+		code   api.ErrorCode
 	}{
 		{"dest exists", `[{"src":"/taken","dest":"/dir2/x"}]`, 409, CodeFileExists},
 		{"src missing", `[{"src":"/nope","dest":"/x"}]`, 404, CodeFileNotFound},
@@ -364,7 +366,7 @@ func TestFilesReplace(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
 	var res map[string]replaceResult
 	require.NoError(t, json.Unmarshal(r.body, &res))
-	assert.Equal(t, map[string]replaceResult{"/cfg.yaml": {2}, "app.py": {0}, "/etc/alias": {2}}, res)
+	assert.Equal(t, map[string]replaceResult{"/cfg.yaml": {ReplacedCount: 2}, "app.py": {ReplacedCount: 0}, "/etc/alias": {ReplacedCount: 2}}, res)
 	assert.Equal(t, "host: 0.0.0.0:9090\nalt: 0.0.0.0:9090\n", e.read("cfg.yaml"))
 	assert.Equal(t, "a+a+a", e.read("etc/real"))
 	fi, err := os.Lstat(filepath.Join(e.dir, "etc/alias"))
@@ -389,7 +391,7 @@ func TestFilesReplace(t *testing.T) {
 		name   string
 		body   string
 		status int
-		code   string
+		code   api.ErrorCode
 	}{
 		{"empty old", `{"/app.py":{"old":"","new":"x"}}`, 400, CodeInvalidRequestBody},
 		{"missing", `{"/nope":{"old":"a","new":"b"}}`, 404, CodeFileNotFound},

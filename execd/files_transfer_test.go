@@ -17,6 +17,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/hybox-dev/hybox/sdks/go/api"
 )
 
 // uploadPart is one part of a test upload body.
@@ -99,7 +101,7 @@ func TestFilesUpload(t *testing.T) {
 		name   string
 		parts  []uploadPart
 		status int
-		code   string
+		code   api.ErrorCode
 	}{
 		{"file before metadata", []uploadPart{{"file", "x"}}, 400, CodeInvalidFileMetadata},
 		{"metadata without file", []uploadPart{metaPart("/m", 644)}, 400, CodeInvalidFileMetadata},
@@ -236,7 +238,7 @@ func TestFilesDownload(t *testing.T) {
 		name, query string
 		header      []string
 		status      int
-		code        string
+		code        api.ErrorCode
 	}{
 		{"missing", "?path=/data/nope", nil, 404, CodeFileNotFound},
 		{"directory", "?path=/data", nil, 400, CodeInvalidRequestBody},
@@ -268,7 +270,7 @@ func TestDirList(t *testing.T) {
 		require.NoError(t, json.Unmarshal(r.body, &infos))
 		out := []string{}
 		for _, fi := range infos {
-			out = append(out, fi.Path+":"+fi.Type)
+			out = append(out, fi.Path+":"+string(fi.Type))
 		}
 		return out
 	}
@@ -290,7 +292,7 @@ func TestDirList(t *testing.T) {
 	errs := []struct {
 		name, query string
 		status      int
-		code        string
+		code        api.ErrorCode
 	}{
 		{"symlink path", "?path=/w/blink", 400, CodeInvalidRequestBody},
 		{"file path", "?path=/w/a.txt", 400, CodeInvalidRequestBody},
@@ -335,7 +337,7 @@ func TestDirMakeAndRemove(t *testing.T) {
 	mkErrs := []struct {
 		name, body string
 		status     int
-		code       string
+		code       api.ErrorCode
 	}{
 		{"under a file", `{"/existing/f/sub":{"mode":755}}`, 409, CodeFileExists},
 		{"over a file", `{"/existing/f":{"mode":755}}`, 409, CodeFileExists},
@@ -373,7 +375,7 @@ func TestFilesSymlinkEscape(t *testing.T) {
 	type call struct {
 		name, method, target string
 		body                 any
-		code                 string
+		code                 api.ErrorCode
 	}
 	const symlinkRefused = CodeInvalidRequestBody // list refuses a path that is itself a symlink
 	calls := []call{

@@ -11,18 +11,15 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+
+	"github.com/hybox-dev/hybox/sdks/go/api"
 )
 
 // maxMetadataPart caps one upload metadata part.
 const maxMetadataPart = 64 << 10
 
 // uploadMeta is the JSON of an upload's metadata part.
-type uploadMeta struct {
-	Path  string   `json:"path"`
-	Owner string   `json:"owner"`
-	Group string   `json:"group"`
-	Mode  wireMode `json:"mode"`
-}
+type uploadMeta = api.UploadMetadata
 
 // upload serves POST /files/upload: a multipart body of repeated pairs of
 // parts, "metadata" (JSON {path, owner, group, mode}) then "file". Each
@@ -122,7 +119,7 @@ func parseUploadMeta(part io.Reader) (uploadMeta, error) {
 	if meta.Path == "" {
 		return uploadMeta{}, fmt.Errorf("%w: metadata has no path", errBadMetadata)
 	}
-	if _, _, err := meta.Mode.fileMode(); err != nil {
+	if _, _, err := fileModeOf(meta.Mode); err != nil {
 		return uploadMeta{}, fmt.Errorf("%w: %v", errBadMetadata, err)
 	}
 	return meta, nil
@@ -152,7 +149,7 @@ func storeUpload(root *os.Root, ids *idNames, meta uploadMeta, body io.Reader) e
 	if name == "." {
 		return fmt.Errorf("%w: cannot upload onto /", errFileKind)
 	}
-	mode, set, err := meta.Mode.fileMode()
+	mode, set, err := fileModeOf(meta.Mode)
 	if err != nil {
 		return err
 	}
@@ -348,7 +345,7 @@ func (w *rangeErrorWriter) WriteHeader(code int) {
 		return
 	}
 	w.Header().Del("Content-Disposition")
-	writeError(w.ResponseWriter, code, CodeInvalidRange, "requested range is malformed or not satisfiable")
+	writeError(w.ResponseWriter, CodeInvalidRange, "requested range is malformed or not satisfiable")
 	w.swallow = true
 }
 

@@ -99,6 +99,7 @@ type Handler struct {
 	codes    *codeManager
 	commands *commandManager
 	sessions *sessionManager
+	ptys     *ptyManager
 
 	closeOnce sync.Once
 }
@@ -145,7 +146,7 @@ func (h *Handler) routes() {
 		case r.PathValue("b") == "logs":
 			h.commands.logs(w, r, r.PathValue("a"))
 		default:
-			writeError(w, http.StatusNotFound, CodeNotFound, "no route "+r.Method+" "+r.URL.Path)
+			writeError(w, CodeNotFound, "no route "+r.Method+" "+r.URL.Path)
 		}
 	})
 
@@ -158,10 +159,11 @@ func (h *Handler) routes() {
 
 	notSupported := func(what string) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
-			writeError(w, http.StatusNotImplemented, CodeNotSupported, what)
+			writeError(w, CodeNotSupported, what)
 		}
 	}
 	ptys := newPTYManager(h)
+	h.ptys = ptys
 	m.HandleFunc("POST /pty", ptys.orElse(ptys.create, notSupported("PTY sessions are not available in this sandbox; create the sandbox with extensions {\"hybox.io/runtime\":\"runc\"} for a terminal")))
 	m.HandleFunc("/pty/", ptys.orElse(ptys.route, notSupported("PTY sessions are not available in this sandbox")))
 
@@ -173,19 +175,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.opts.AccessToken != "" {
 		got := r.Header.Get("X-EXECD-ACCESS-TOKEN")
 		if subtle.ConstantTimeCompare([]byte(got), []byte(h.opts.AccessToken)) != 1 {
-			writeError(w, http.StatusUnauthorized, CodeUnauthorized, "missing or invalid X-EXECD-ACCESS-TOKEN")
+			writeError(w, CodeUnauthorized, "missing or invalid X-EXECD-ACCESS-TOKEN")
 			return
 		}
 	}
 	if _, pattern := h.mux.Handler(r); pattern == "" || redirects(pattern, r.URL.Path) {
 		if allow := h.allowed(r); len(allow) > 0 {
 			w.Header().Set("Allow", strings.Join(allow, ", "))
-			writeError(w, http.StatusMethodNotAllowed, CodeMethodNotAllowed,
+			writeError(w, CodeMethodNotAllowed,
 				r.Method+" is not served for "+r.URL.Path+" (allowed: "+strings.Join(allow, ", ")+")")
 			return
 		}
 		if pattern == "" {
-			writeError(w, http.StatusNotFound, CodeNotFound, "no route "+r.Method+" "+r.URL.Path)
+			writeError(w, CodeNotFound, "no route "+r.Method+" "+r.URL.Path)
 			return
 		}
 	}
@@ -217,11 +219,13 @@ func (h *Handler) allowed(r *http.Request) []string {
 	return out
 }
 
-// Close stops every execution and command and closes every interpreter.
+// Close stops every execution and command, ends every terminal and closes
+// every interpreter.
 func (h *Handler) Close() {
 	h.closeOnce.Do(func() {
 		h.commands.closeAll()
 		h.sessions.closeAll()
+		h.ptys.closeAll()
 		h.codes.closeAll()
 	})
 }
@@ -235,26 +239,26 @@ func (h *Handler) decodeJSON(w http.ResponseWriter, r *http.Request, v any) bool
 	if err := dec.Decode(&raw); err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			writeError(w, http.StatusRequestEntityTooLarge, CodePayloadTooLarge, fmt.Sprintf("request body exceeds %d bytes", mbe.Limit))
+			writeError(w, CodePayloadTooLarge, fmt.Sprintf("request body exceeds %d bytes", mbe.Limit))
 			return false
 		}
 		if errors.Is(err, io.EOF) {
-			writeError(w, http.StatusBadRequest, CodeInvalidRequestBody, "request body is empty")
+			writeError(w, CodeInvalidRequestBody, "request body is empty")
 			return false
 		}
-		writeError(w, http.StatusBadRequest, CodeInvalidRequestBody, "invalid JSON: "+err.Error())
+		writeError(w, CodeInvalidRequestBody, "invalid JSON: "+err.Error())
 		return false
 	}
 	if dec.More() {
-		writeError(w, http.StatusBadRequest, CodeInvalidRequestBody, "invalid JSON: trailing data after the object")
+		writeError(w, CodeInvalidRequestBody, "invalid JSON: trailing data after the object")
 		return false
 	}
 	if string(raw) == "null" {
-		writeError(w, http.StatusBadRequest, CodeInvalidRequestBody, "the request body must be a JSON object, not null")
+		writeError(w, CodeInvalidRequestBody, "the request body must be a JSON object, not null")
 		return false
 	}
 	if err := json.Unmarshal(raw, v); err != nil {
-		writeError(w, http.StatusBadRequest, CodeInvalidRequestBody, "invalid JSON: "+err.Error())
+		writeError(w, CodeInvalidRequestBody, "invalid JSON: "+err.Error())
 		return false
 	}
 	return true

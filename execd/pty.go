@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/hybox-dev/hybox/sdks/go/api"
 )
 
 // PTYBackend is implemented by backends that can run interactive
@@ -67,9 +69,45 @@ const (
 
 // ptyManager serves /pty.
 type ptyManager struct {
-	h    *Handler
-	mu   sync.Mutex
-	byID map[string]*ptySession
+	h      *Handler
+	mu     sync.Mutex
+	byID   map[string]*ptySession
+	closed bool // closeAll ran: no new terminals
+}
+
+// ptyCloseWait bounds how long closeAll waits for a killed program's
+// output pump to end.
+const ptyCloseWait = 5 * time.Second
+
+// closeAll ends every terminal: its program is killed and its clients are
+// disconnected, and it waits (boundedly) for the output pumps to finish.
+// Creating a terminal afterwards fails.
+func (m *ptyManager) closeAll() {
+	m.mu.Lock()
+	m.closed = true
+	all := make([]*ptySession, 0, len(m.byID))
+	for _, s := range m.byID {
+		all = append(all, s)
+	}
+	clear(m.byID)
+	m.mu.Unlock()
+	for _, s := range all {
+		s.mu.Lock()
+		if c := s.client; c != nil {
+			_ = c.close(wsCloseGoingAway, "the sandbox is closing")
+			s.client = nil
+		}
+		s.mu.Unlock()
+		_ = s.t.Close()
+	}
+	deadline := time.After(ptyCloseWait)
+	for _, s := range all {
+		select {
+		case <-s.done:
+		case <-deadline:
+			return
+		}
+	}
 }
 
 func newPTYManager(h *Handler) *ptyManager {
@@ -99,21 +137,14 @@ type ptySession struct {
 }
 
 func (m *ptyManager) create(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		Command string            `json:"command"`
-		Cwd     string            `json:"cwd"`
-		Envs    map[string]string `json:"envs"`
-		Env     map[string]string `json:"env"`
-		Cols    int               `json:"cols"`
-		Rows    int               `json:"rows"`
-	}
+	var req api.PtyRequest
 	if r.ContentLength != 0 {
 		if !m.h.decodeJSON(w, r, &req) {
 			return
 		}
 	}
 	if req.Cols < 0 || req.Rows < 0 || req.Cols > 10000 || req.Rows > 10000 {
-		writeError(w, http.StatusBadRequest, CodeInvalidRequestBody, "cols and rows must be between 0 and 10000")
+		writeError(w, CodeInvalidRequestBody, "cols and rows must be between 0 and 10000")
 		return
 	}
 	env := req.Envs
@@ -134,10 +165,16 @@ func (m *ptyManager) create(w http.ResponseWriter, r *http.Request) {
 	}
 	s := &ptySession{id: newID(), t: t, done: make(chan struct{})}
 	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		_ = t.Close()
+		writeError(w, api.ErrorCodeUNAVAILABLE, "the sandbox is closing")
+		return
+	}
 	m.byID[s.id] = s
 	m.mu.Unlock()
 	go m.pump(s)
-	writeJSON(w, http.StatusOK, map[string]string{"session_id": s.id})
+	writeJSON(w, http.StatusOK, api.PtyCreated{SessionID: s.id})
 }
 
 // pump copies terminal output to the replay buffer and the client, then
@@ -178,12 +215,19 @@ func (m *ptyManager) pump(s *ptySession) {
 		m.forget(s)
 		return
 	}
+	m.mu.Lock()
+	closed := m.closed
+	m.mu.Unlock()
+	if closed {
+		return
+	}
 	time.AfterFunc(ptyForgetAfterExit, func() { m.forget(s) })
 }
 
 // sendExitLocked tells c that the program exited and ends the connection.
 func (s *ptySession) sendExitLocked(c *wsConn) {
-	b, _ := json.Marshal(map[string]any{"type": "exit", "exit_code": s.exitCode})
+	code := s.exitCode
+	b, _ := json.Marshal(api.PtyServerMessage{Type: api.PtyServerMessageTypeExit, ExitCode: &code})
 	_ = c.write(wsOpText, b)
 	_ = c.writeClose(wsCloseNormal, "exited")
 	if c.nc != nil { // the client has a moment to answer the close
@@ -214,7 +258,7 @@ func (m *ptyManager) route(w http.ResponseWriter, r *http.Request) {
 	id, sub, _ := strings.Cut(rest, "/")
 	s, ok := m.lookup(id)
 	if !ok {
-		writeError(w, http.StatusNotFound, CodeNotFound, fmt.Sprintf("terminal %q not found", id))
+		writeError(w, CodeNotFound, fmt.Sprintf("terminal %q not found", id))
 		return
 	}
 	switch {
@@ -222,9 +266,10 @@ func (m *ptyManager) route(w http.ResponseWriter, r *http.Request) {
 		m.attach(w, r, s)
 	case sub == "" && r.Method == http.MethodGet:
 		s.mu.Lock()
-		st := map[string]any{"session_id": s.id, "running": !s.exited}
+		st := api.PtyStatus{SessionID: s.id, Running: !s.exited}
 		if s.exited {
-			st["exit_code"] = s.exitCode
+			code := s.exitCode
+			st.ExitCode = &code
 		}
 		s.mu.Unlock()
 		writeJSON(w, http.StatusOK, st)
@@ -232,18 +277,12 @@ func (m *ptyManager) route(w http.ResponseWriter, r *http.Request) {
 		m.forget(s)
 		w.WriteHeader(http.StatusOK)
 	default:
-		writeError(w, http.StatusNotFound, CodeNotFound, "no route "+r.Method+" "+r.URL.Path)
+		writeError(w, CodeNotFound, "no route "+r.Method+" "+r.URL.Path)
 	}
 }
 
 // ptyControl is a text message from the client.
-type ptyControl struct {
-	Type   string `json:"type"`
-	Data   string `json:"data"`
-	Cols   int    `json:"cols"`
-	Rows   int    `json:"rows"`
-	Signal string `json:"signal"`
-}
+type ptyControl = api.PtyClientMessage
 
 // attach connects a WebSocket client; a client already attached is
 // disconnected (the newest connection wins, as after a network change).
@@ -253,7 +292,7 @@ func (m *ptyManager) attach(w http.ResponseWriter, r *http.Request, s *ptySessio
 		return
 	}
 	defer c.closer.Close()
-	hello, _ := json.Marshal(map[string]string{"type": "connected", "session_id": s.id, "mode": "pty"})
+	hello, _ := json.Marshal(api.PtyServerMessage{Type: api.PtyServerMessageTypeConnected, SessionID: s.id, Mode: api.PtyServerMessageModePty})
 	s.mu.Lock()
 	if old := s.client; old != nil {
 		_ = old.close(wsCloseGoingAway, "another client attached")
@@ -283,7 +322,7 @@ func (m *ptyManager) attach(w http.ResponseWriter, r *http.Request, s *ptySessio
 			return
 		}
 		if err := m.input(c, s, op, data); err != nil {
-			b, _ := json.Marshal(map[string]string{"type": "error", "message": err.Error()})
+			b, _ := json.Marshal(api.PtyServerMessage{Type: api.PtyServerMessageTypeError, Message: err.Error()})
 			_ = c.write(wsOpText, b)
 		}
 	}
@@ -309,18 +348,19 @@ func (m *ptyManager) input(c *wsConn, s *ptySession, op byte, data []byte) error
 		return fmt.Errorf("invalid control message: %v", err)
 	}
 	switch ctl.Type {
-	case "stdin":
+	case api.PtyClientMessageTypeStdin:
 		_, err := io.WriteString(s.t, ctl.Data)
 		return ignoreClosed(err)
-	case "resize":
+	case api.PtyClientMessageTypeResize:
 		if ctl.Cols <= 0 || ctl.Rows <= 0 || ctl.Cols > 10000 || ctl.Rows > 10000 {
 			return errors.New("resize needs cols and rows between 1 and 10000")
 		}
 		return s.t.Resize(ctl.Cols, ctl.Rows)
-	case "signal":
+	case api.PtyClientMessageTypeSignal:
 		return s.t.Signal(ctl.Signal)
-	case "ping":
-		return c.write(wsOpText, []byte(`{"type":"pong"}`))
+	case api.PtyClientMessageTypePing:
+		pong, _ := json.Marshal(api.PtyServerMessage{Type: api.PtyServerMessageTypePong})
+		return c.write(wsOpText, pong)
 	default:
 		return fmt.Errorf("unknown message type %q (stdin, resize, signal, ping)", ctl.Type)
 	}
@@ -332,14 +372,4 @@ func ignoreClosed(err error) error {
 		return nil
 	}
 	return err
-}
-
-func (m *ptyManager) closeAll() {
-	m.mu.Lock()
-	all := m.byID
-	m.byID = map[string]*ptySession{}
-	m.mu.Unlock()
-	for _, s := range all {
-		_ = s.t.Close()
-	}
 }

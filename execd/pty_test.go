@@ -7,11 +7,13 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -252,4 +254,131 @@ func TestPTYErrors(t *testing.T) {
 	if resp.StatusCode != http.StatusNotFound {
 		t.Fatalf("missing cwd: %d", resp.StatusCode)
 	}
+}
+
+// TestPTYCloseLeavesNothing: closing the handler (what deleting a sandbox
+// does) ends every terminal: no program, descriptor or goroutine is left,
+// and an attached client is disconnected.
+func TestPTYCloseLeavesNothing(t *testing.T) {
+	b, err := osbackend.New(osbackend.Options{RootDir: t.TempDir(), Env: append(os.Environ(), "PS1=$ ")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	h, err := execd.New(execd.Options{Backend: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	http.DefaultClient.CloseIdleConnections()
+	baseFDs, baseG := countFDs(t), runtime.NumGoroutine()
+
+	marker := fmt.Sprintf("9%07d", time.Now().UnixNano()%10000000)
+	for range 3 {
+		createPTY(t, srv, `{"command":"sleep `+marker+`"}`)
+	}
+	id := createPTY(t, srv, `{"command":"bash --noprofile --norc -i"}`)
+	c := dialWS(t, srv.URL, "/pty/"+id+"/ws")
+	c.read(t) // connected
+	if n := processesWith(t, marker); n != 3 {
+		t.Fatalf("%d processes run sleep %s, want 3", n, marker)
+	}
+
+	h.Close()
+
+	// The attached client is told to go away, then the connection ends.
+	_ = c.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	for {
+		op, _, err := c.readErr()
+		if err != nil || op == 0x8 {
+			break
+		}
+	}
+	c.nc.Close()
+	http.DefaultClient.CloseIdleConnections()
+	// Creating a terminal after close is refused.
+	resp, err := http.Post(srv.URL+"/pty", "application/json", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("create after close: %d, want 503", resp.StatusCode)
+	}
+	http.DefaultClient.CloseIdleConnections()
+
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		procs, fds, g := processesWith(t, marker), countFDs(t), runtime.NumGoroutine()
+		if procs == 0 && fds <= baseFDs && g <= baseG {
+			break
+		}
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("after close: %d processes (want 0), %d descriptors (was %d), %d goroutines (was %d)\n%s",
+				procs, fds, baseFDs, g, baseG, buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// readErr reads one frame, returning an error instead of failing.
+func (c *wsClient) readErr() (byte, []byte, error) {
+	var h [2]byte
+	if _, err := io.ReadFull(c.br, h[:]); err != nil {
+		return 0, nil, err
+	}
+	n := int(h[1] & 0x7f)
+	switch n {
+	case 126:
+		var e [2]byte
+		if _, err := io.ReadFull(c.br, e[:]); err != nil {
+			return 0, nil, err
+		}
+		n = int(binary.BigEndian.Uint16(e[:]))
+	case 127:
+		var e [8]byte
+		if _, err := io.ReadFull(c.br, e[:]); err != nil {
+			return 0, nil, err
+		}
+		n = int(binary.BigEndian.Uint64(e[:]))
+	}
+	p := make([]byte, n)
+	_, err := io.ReadFull(c.br, p)
+	return h[0] & 0x0f, p, err
+}
+
+// countFDs counts this process's open descriptors.
+func countFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("no /proc: %v", err)
+	}
+	return len(ents)
+}
+
+// processesWith counts live processes whose command line contains s.
+func processesWith(t *testing.T, s string) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Skipf("no /proc: %v", err)
+	}
+	n := 0
+	for _, e := range ents {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		cmd, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil || !bytes.Contains(cmd, []byte(s)) {
+			continue
+		}
+		if st, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err == nil && bytes.Contains(st, []byte(") Z ")) {
+			continue // a zombie is not running
+		}
+		n++
+	}
+	return n
 }

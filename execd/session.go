@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/hybox-dev/hybox/sdks/go/api"
 )
 
 // shellSession is a persistent shell: cwd, variables and functions survive
@@ -28,11 +30,7 @@ func newSessionManager(h *Handler) *sessionManager {
 }
 
 func (m *sessionManager) create(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		Cwd  string            `json:"cwd"`
-		Envs map[string]string `json:"envs"`
-		Env  map[string]string `json:"env"`
-	}
+	var req api.SessionRequest
 	if r.ContentLength != 0 {
 		if !m.h.decodeJSON(w, r, &req) {
 			return
@@ -58,7 +56,7 @@ func (m *sessionManager) create(w http.ResponseWriter, r *http.Request) {
 	m.mu.Lock()
 	m.byID[s.id] = s
 	m.mu.Unlock()
-	writeJSON(w, http.StatusOK, map[string]string{"session_id": s.id, "id": s.id})
+	writeJSON(w, http.StatusOK, api.SessionCreated{SessionID: s.id, ID: s.id})
 }
 
 func (m *sessionManager) lookup(id string) (*shellSession, bool) {
@@ -71,14 +69,10 @@ func (m *sessionManager) lookup(id string) (*shellSession, bool) {
 func (m *sessionManager) run(w http.ResponseWriter, r *http.Request) {
 	s, ok := m.lookup(r.PathValue("id"))
 	if !ok {
-		writeError(w, http.StatusNotFound, CodeNotFound, fmt.Sprintf("session %q not found", r.PathValue("id")))
+		writeError(w, CodeNotFound, fmt.Sprintf("session %q not found", r.PathValue("id")))
 		return
 	}
-	var req struct {
-		Command string `json:"command"`
-		Code    string `json:"code"`
-		Timeout int64  `json:"timeout"`
-	}
+	var req api.SessionRunRequest
 	if !m.h.decodeJSON(w, r, &req) {
 		return
 	}
@@ -87,11 +81,11 @@ func (m *sessionManager) run(w http.ResponseWriter, r *http.Request) {
 		src = req.Code
 	}
 	if src == "" {
-		writeError(w, http.StatusBadRequest, CodeInvalidRequestBody, "command is required")
+		writeError(w, CodeInvalidRequestBody, "command is required")
 		return
 	}
 	if req.Timeout < 0 {
-		writeError(w, http.StatusBadRequest, CodeInvalidRequestBody, "timeout must not be negative")
+		writeError(w, CodeInvalidRequestBody, "timeout must not be negative")
 		return
 	}
 	if !s.run.TryLock() {
@@ -115,11 +109,11 @@ func (m *sessionManager) run(w http.ResponseWriter, r *http.Request) {
 	st := newStream(w)
 	defer st.close()
 	start := time.Now()
-	st.send(Event{Type: EventInit, Text: newID()})
+	send(st, Event{Type: EventInit, Text: newID()})
 	stop := make(chan struct{})
 	defer close(stop)
-	go st.keepAlive(m.h.opts.KeepAlive, stop)
-	emit := func(typ, text string) { st.send(Event{Type: typ, Text: text}) }
+	go keepAlive(st, m.h.opts.KeepAlive, stop)
+	emit := func(typ api.EventType, text string) { send(st, Event{Type: typ, Text: text}) }
 	stdout := &lineWriter{typ: EventStdout, emit: emit}
 	stderr := &lineWriter{typ: EventStderr, emit: emit}
 	b := &budget{limit: m.h.opts.OutputLimitBytes}
@@ -128,7 +122,7 @@ func (m *sessionManager) run(w http.ResponseWriter, r *http.Request) {
 	stdout.Flush()
 	stderr.Flush()
 	if ctx.Err() != nil {
-		st.send(Event{Type: EventError, Error: &ExecError{EName: "CommandExecError", EValue: strconv.Itoa(code), Traceback: []string{context.Cause(ctx).Error()}}})
+		send(st, Event{Type: EventError, Error: &ExecError{EName: "CommandExecError", EValue: strconv.Itoa(code), Traceback: []string{context.Cause(ctx).Error()}}})
 		return
 	}
 	if rerr != nil || code != 0 {
@@ -136,10 +130,10 @@ func (m *sessionManager) run(w http.ResponseWriter, r *http.Request) {
 		if rerr != nil {
 			tb = append(tb, rerr.Error())
 		}
-		st.send(Event{Type: EventError, Error: &ExecError{EName: "CommandExecError", EValue: strconv.Itoa(code), Traceback: tb}})
+		send(st, Event{Type: EventError, Error: &ExecError{EName: "CommandExecError", EValue: strconv.Itoa(code), Traceback: tb}})
 		return
 	}
-	st.send(Event{Type: EventExecutionComplete, ExecutionTime: time.Since(start).Milliseconds()})
+	send(st, Event{Type: EventExecutionComplete, ExecutionTime: time.Since(start).Milliseconds()})
 }
 
 func (m *sessionManager) delete(w http.ResponseWriter, r *http.Request) {
@@ -149,7 +143,7 @@ func (m *sessionManager) delete(w http.ResponseWriter, r *http.Request) {
 	delete(m.byID, id)
 	m.mu.Unlock()
 	if !ok {
-		writeError(w, http.StatusNotFound, CodeNotFound, fmt.Sprintf("session %q not found", id))
+		writeError(w, CodeNotFound, fmt.Sprintf("session %q not found", id))
 		return
 	}
 	_ = s.sess.Close()

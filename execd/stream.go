@@ -7,7 +7,25 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/hybox-dev/hybox/sdks/go/api"
 )
+
+// Sink receives the events of one execution, in order. Send reports
+// false once nobody listens any more; the execution goes on to its end (or
+// its cancellation) regardless. Implementations must be safe for
+// concurrent use (keep-alive pings come from another goroutine).
+type Sink interface {
+	Send(ev Event) bool
+}
+
+// send stamps ev with the time if it has none and hands it to s.
+func send(s Sink, ev Event) bool {
+	if ev.Timestamp == 0 {
+		ev.Timestamp = nowMillis()
+	}
+	return s.Send(ev)
+}
 
 // stream writes events of one command or code execution to an HTTP
 // response: one JSON object followed by a blank line per event, flushed
@@ -32,10 +50,25 @@ func newStream(w http.ResponseWriter) *stream {
 	return &stream{w: w, rc: http.NewResponseController(w)}
 }
 
+// Stream is a Sink that writes events to an HTTP response as execd does
+// (text/event-stream, flushed within milliseconds). Close it before the
+// handler returns.
+type Stream struct{ s *stream }
+
+// NewStream returns a Stream over w. The status and headers are written
+// with the first event, so an error answered before it is still possible.
+func NewStream(w http.ResponseWriter) *Stream { return &Stream{newStream(w)} }
+
+// Send implements Sink.
+func (s *Stream) Send(ev Event) bool { return s.s.Send(ev) }
+
+// Close flushes what is buffered; nothing is written after it.
+func (s *Stream) Close() { s.s.close() }
+
 func nowMillis() int64 { return time.Now().UnixMilli() }
 
-// send writes ev. It reports false once the client is gone.
-func (s *stream) send(ev Event) bool {
+// Send writes ev. It reports false once the client is gone.
+func (s *stream) Send(ev Event) bool {
 	if ev.Timestamp == 0 {
 		ev.Timestamp = nowMillis()
 	}
@@ -104,8 +137,8 @@ func (s *stream) close() {
 	s.failed = true // nothing may be written after the handler returns
 }
 
-// keepAlive sends a ping event every interval until stop is closed.
-func (s *stream) keepAlive(interval time.Duration, stop <-chan struct{}) {
+// keepAlive sends a ping event to s every interval until stop is closed.
+func keepAlive(s Sink, interval time.Duration, stop <-chan struct{}) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -113,7 +146,7 @@ func (s *stream) keepAlive(interval time.Duration, stop <-chan struct{}) {
 		case <-stop:
 			return
 		case <-t.C:
-			s.send(Event{Type: EventPing, Text: "pong"})
+			send(s, Event{Type: EventPing, Text: "pong"})
 		}
 	}
 }
@@ -126,9 +159,9 @@ const maxLineBytes = 64 << 10
 // newline), as command streams require. Flush sends a trailing partial line.
 type lineWriter struct {
 	mu   sync.Mutex
-	typ  string
+	typ  api.EventType
 	buf  []byte
-	emit func(typ, text string)
+	emit func(typ api.EventType, text string)
 }
 
 func (l *lineWriter) Write(p []byte) (int, error) {

@@ -1,65 +1,48 @@
 package execd
 
+import "github.com/hybox-dev/hybox/sdks/go/api"
+
 // Event is one object of a command or code stream (text/event-stream, one
 // JSON object followed by a blank line).
-type Event struct {
-	Type           string            `json:"type"`
-	Text           string            `json:"text,omitempty"`
-	ExecutionCount int               `json:"execution_count,omitempty"`
-	ExecutionTime  int64             `json:"execution_time,omitempty"`
-	Timestamp      int64             `json:"timestamp"`
-	Results        map[string]string `json:"results,omitempty"`
-	Error          *ExecError        `json:"error,omitempty"`
-}
+type Event = api.Event
 
 // Event types.
 const (
-	EventInit              = "init"
-	EventStdout            = "stdout"
-	EventStderr            = "stderr"
-	EventResult            = "result"
-	EventExecutionCount    = "execution_count"
-	EventStatus            = "status"
-	EventPing              = "ping"
-	EventExecutionComplete = "execution_complete"
-	EventError             = "error"
+	EventInit              = api.EventTypeInit
+	EventStdout            = api.EventTypeStdout
+	EventStderr            = api.EventTypeStderr
+	EventResult            = api.EventTypeResult
+	EventExecutionCount    = api.EventTypeExecutionCount
+	EventStatus            = api.EventTypeStatus
+	EventPing              = api.EventTypePing
+	EventExecutionComplete = api.EventTypeExecutionComplete
+	EventError             = api.EventTypeError
 )
 
 // FileInfo describes one file in the files API. Mode is the octal digits
 // written as a decimal integer (755 means 0o755).
-type FileInfo struct {
-	Path       string `json:"path"`
-	Type       string `json:"type"` // file, directory, symlink, other
-	Size       int64  `json:"size"`
-	ModifiedAt string `json:"modified_at"`
-	CreatedAt  string `json:"created_at"`
-	Owner      string `json:"owner"`
-	Group      string `json:"group"`
-	Mode       int    `json:"mode"`
-}
+type FileInfo = api.FileInfo
 
-// Wire error codes.
+// Wire error codes execd answers with (the ErrorCode schema).
 const (
-	CodeInvalidRequestBody = "INVALID_REQUEST_BODY"
-	CodeMissingQuery       = "MISSING_QUERY"
-	CodeRuntimeError       = "RUNTIME_ERROR"
-	CodeFileNotFound       = "FILE_NOT_FOUND"
-	CodeContextNotFound    = "CONTEXT_NOT_FOUND"
-	CodeNotSupported       = "NOT_SUPPORTED"
-	CodeInvalidPath        = "INVALID_PATH"
-	CodePayloadTooLarge    = "PAYLOAD_TOO_LARGE"
-	CodeBusy               = "CONTEXT_BUSY"
-	CodeOverloaded         = "TOO_MANY_EXECUTIONS"
-	CodeUnknownLanguage    = "UNKNOWN_LANGUAGE"
-	CodeNotFound           = "NOT_FOUND"
-	CodeMethodNotAllowed   = "METHOD_NOT_ALLOWED"
-	CodeUnauthorized       = "UNAUTHORIZED"
-	CodeFileExists         = "FILE_EXISTS"
-	CodeInternal           = "INTERNAL_ERROR"
+	CodeInvalidRequestBody  = api.ErrorCodeINVALIDREQUESTBODY
+	CodeMissingQuery        = api.ErrorCodeMISSINGQUERY
+	CodeRuntimeError        = api.ErrorCodeRUNTIMEERROR
+	CodeFileNotFound        = api.ErrorCodeFILENOTFOUND
+	CodeContextNotFound     = api.ErrorCodeCONTEXTNOTFOUND
+	CodeNotSupported        = api.ErrorCodeNOTSUPPORTED
+	CodeInvalidPath         = api.ErrorCodeINVALIDPATH
+	CodePayloadTooLarge     = api.ErrorCodePAYLOADTOOLARGE
+	CodeBusy                = api.ErrorCodeCONTEXTBUSY
+	CodeOverloaded          = api.ErrorCodeTOOMANYEXECUTIONS
+	CodeUnknownLanguage     = api.ErrorCodeUNKNOWNLANGUAGE
+	CodeNotFound            = api.ErrorCodeNOTFOUND
+	CodeUnauthorized        = api.ErrorCodeUNAUTHORIZED
+	CodeFileExists          = api.ErrorCodeFILEEXISTS
+	CodeInternal            = api.ErrorCodeINTERNALERROR
+	CodeTimeout             = api.ErrorCodeTIMEOUT
+	CodeInvalidFileMetadata = api.ErrorCodeINVALIDFILEMETADATA
+	CodeInvalidRange        = api.ErrorCodeINVALIDRANGE
+	CodeSandboxPaused       = api.ErrorCodeSANDBOXPAUSED
+	CodeMethodNotAllowed    = api.ErrorCodeMETHODNOTALLOWED
 )
-
-// ErrorBody is every error response: {"code","message"}.
-type ErrorBody struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}

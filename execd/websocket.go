@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/hybox-dev/hybox/sdks/go/api"
 )
 
 // A minimal server side of the WebSocket protocol (RFC 6455), enough for
@@ -222,27 +224,27 @@ func wsAccept(key string) string {
 // upgradeWebSocket performs the opening handshake and takes over the
 // connection. On failure it has written an error response.
 func upgradeWebSocket(w http.ResponseWriter, r *http.Request, maxMessage int64) (*wsConn, error) {
-	fail := func(status int, msg string) (*wsConn, error) {
-		writeError(w, status, CodeInvalidRequestBody, msg)
+	fail := func(code api.ErrorCode, msg string) (*wsConn, error) {
+		writeError(w, code, msg)
 		return nil, errors.New("websocket: " + msg)
 	}
 	if r.Method != http.MethodGet {
-		return fail(http.StatusMethodNotAllowed, "a WebSocket handshake must use GET")
+		return fail(CodeMethodNotAllowed, "a WebSocket handshake must use GET")
 	}
 	if !headerHasToken(r.Header, "Connection", "upgrade") || !headerHasToken(r.Header, "Upgrade", "websocket") {
-		return fail(http.StatusBadRequest, "this endpoint needs a WebSocket connection (Upgrade: websocket)")
+		return fail(CodeInvalidRequestBody, "this endpoint needs a WebSocket connection (Upgrade: websocket)")
 	}
 	if r.Header.Get("Sec-WebSocket-Version") != "13" {
 		w.Header().Set("Sec-WebSocket-Version", "13")
-		return fail(http.StatusUpgradeRequired, "unsupported Sec-WebSocket-Version; use 13")
+		return fail(api.ErrorCodeUPGRADEREQUIRED, "unsupported Sec-WebSocket-Version; use 13")
 	}
 	key := r.Header.Get("Sec-WebSocket-Key")
 	if raw, err := base64.StdEncoding.DecodeString(key); err != nil || len(raw) != 16 {
-		return fail(http.StatusBadRequest, "invalid Sec-WebSocket-Key")
+		return fail(CodeInvalidRequestBody, "invalid Sec-WebSocket-Key")
 	}
 	nc, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
-		return fail(http.StatusInternalServerError, "connection cannot be taken over for a WebSocket")
+		return fail(CodeInternal, "connection cannot be taken over for a WebSocket")
 	}
 	resp := "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: " + wsAccept(key) + "\r\n\r\n"
 	_ = nc.SetDeadline(time.Now().Add(wsWriteTimeout))

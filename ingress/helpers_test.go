@@ -18,7 +18,9 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
 	"github.com/hybox-dev/hybox/ingress"
+	"github.com/hybox-dev/hybox/sdks/go/api"
 )
 
 // sbID is a sandbox id with hyphens, as all real ones have.
@@ -258,9 +260,9 @@ func (r *stringReader) Read(p []byte) (int, error) {
 }
 
 // errBody decodes a {"code","message"} body.
-func errBody(t *testing.T, b []byte) (code, msg string) {
+func errBody(t *testing.T, b []byte) (code api.ErrorCode, msg string) {
 	t.Helper()
-	var e struct{ Code, Message string }
+	var e api.Error
 	if err := json.Unmarshal(b, &e); err != nil {
 		t.Fatalf("error body %q is not JSON: %v", b, err)
 	}

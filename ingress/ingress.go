@@ -11,42 +11,60 @@ package ingress
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/url"
+
+	"github.com/hybox-dev/hybox/sdks/go/api"
+	"github.com/hybox-dev/hybox/sdks/go/errdefs"
 )
 
 // Sentinel errors. Functions of this package wrap them with context, and
-// Resolver and authorizer implementations should wrap them too: WriteError
-// turns each into its HTTP status.
+// Resolver and authorizer implementations should wrap them too. Each
+// carries its wire code, so errdefs.HTTP (through WriteError) turns it
+// into its status.
 var (
 	// ErrBadTarget: the request names no sandbox port, or names one in a
 	// malformed way (400 INVALID_ROUTE).
-	ErrBadTarget = errors.New("invalid route")
+	ErrBadTarget = errdefs.New(api.ErrorCodeINVALIDROUTE, "invalid route")
 	// ErrUnauthorized: the caller presented no valid credentials (401
 	// UNAUTHORIZED).
-	ErrUnauthorized = errors.New("unauthorized")
+	ErrUnauthorized = errdefs.New(api.ErrorCodeUNAUTHORIZED, "unauthorized")
 	// ErrBadToken: a route token is malformed, or was not made by this key
 	// for this sandbox and port (401 INVALID_ROUTE_TOKEN).
-	ErrBadToken = errors.New("invalid route token")
+	ErrBadToken = errdefs.New(api.ErrorCodeINVALIDROUTETOKEN, "invalid route token")
 	// ErrExpired: a route token is genuine but past its expiry (401
 	// ROUTE_TOKEN_EXPIRED).
-	ErrExpired = errors.New("route token expired")
+	ErrExpired = errdefs.New(api.ErrorCodeROUTETOKENEXPIRED, "route token expired")
 	// ErrForbidden: the caller is known but may not reach this sandbox port
 	// (403 FORBIDDEN).
-	ErrForbidden = errors.New("forbidden")
+	ErrForbidden = errdefs.New(api.ErrorCodeFORBIDDEN, "forbidden")
 	// ErrNoRoute: no such sandbox, or the sandbox serves nothing on that
 	// port (404 SANDBOX_NOT_FOUND).
-	ErrNoRoute = errors.New("no route to sandbox port")
+	ErrNoRoute = errdefs.New(api.ErrorCodeSANDBOXNOTFOUND, "no route to sandbox port")
 	// ErrUnavailable: the sandbox exists but cannot take traffic now, for
 	// example while it is paused (503 UNAVAILABLE).
-	ErrUnavailable = errors.New("sandbox unavailable")
+	ErrUnavailable = errdefs.New(api.ErrorCodeUNAVAILABLE, "sandbox unavailable")
 	// ErrUnreachable: the sandbox port did not answer (502
 	// SANDBOX_UNREACHABLE). Its message never carries the address tried.
-	ErrUnreachable = errors.New("sandbox port unreachable")
+	ErrUnreachable = errdefs.New(api.ErrorCodeSANDBOXUNREACHABLE, "the sandbox port is not reachable")
 )
+
+// PortUnreachableError is a sandbox port that did not answer; it wraps
+// ErrUnreachable, and its text names only the sandbox and the port, so
+// WriteError shows it (where it hides other 502 texts).
+type PortUnreachableError struct {
+	Sandbox string
+	Port    int
+}
+
+func (e *PortUnreachableError) Error() string {
+	return fmt.Sprintf("sandbox %s: nothing answers on port %d (a server in the sandbox must listen on 0.0.0.0:%d)", e.Sandbox, e.Port, e.Port)
+}
+
+// Unwrap returns ErrUnreachable.
+func (e *PortUnreachableError) Unwrap() error { return ErrUnreachable }
 
 // Target says where a sandbox port is served. Exactly one way is used:
 //
@@ -88,63 +106,19 @@ func (f ResolverFunc) Resolve(ctx context.Context, sandboxID string, port int) (
 
 // Error codes of the JSON error bodies written by WriteError.
 const (
-	CodeInvalidRoute      = "INVALID_ROUTE"
-	CodeUnauthorized      = "UNAUTHORIZED"
-	CodeInvalidRouteToken = "INVALID_ROUTE_TOKEN"
-	CodeRouteTokenExpired = "ROUTE_TOKEN_EXPIRED"
-	CodeForbidden         = "FORBIDDEN"
-	CodeNotFound          = "SANDBOX_NOT_FOUND"
-	CodeUnavailable       = "UNAVAILABLE"
-	CodeUnreachable       = "SANDBOX_UNREACHABLE"
-	CodeInternal          = "INTERNAL_ERROR"
+	CodeInvalidRoute      = api.ErrorCodeINVALIDROUTE
+	CodeUnauthorized      = api.ErrorCodeUNAUTHORIZED
+	CodeInvalidRouteToken = api.ErrorCodeINVALIDROUTETOKEN
+	CodeRouteTokenExpired = api.ErrorCodeROUTETOKENEXPIRED
+	CodeForbidden         = api.ErrorCodeFORBIDDEN
+	CodeNotFound          = api.ErrorCodeSANDBOXNOTFOUND
+	CodeUnavailable       = api.ErrorCodeUNAVAILABLE
+	CodeUnreachable       = api.ErrorCodeSANDBOXUNREACHABLE
+	CodeInternal          = api.ErrorCodeINTERNALERROR
 )
 
-// Status returns the HTTP status and error code for err, and whether err
-// wraps one of this package's sentinels. Errors wrapping none of them map
-// to 500 INTERNAL_ERROR.
-func Status(err error) (status int, code string, known bool) {
-	switch {
-	case errors.Is(err, ErrBadTarget):
-		return http.StatusBadRequest, CodeInvalidRoute, true
-	case errors.Is(err, ErrExpired):
-		return http.StatusUnauthorized, CodeRouteTokenExpired, true
-	case errors.Is(err, ErrBadToken):
-		return http.StatusUnauthorized, CodeInvalidRouteToken, true
-	case errors.Is(err, ErrUnauthorized):
-		return http.StatusUnauthorized, CodeUnauthorized, true
-	case errors.Is(err, ErrForbidden):
-		return http.StatusForbidden, CodeForbidden, true
-	case errors.Is(err, ErrNoRoute):
-		return http.StatusNotFound, CodeNotFound, true
-	case errors.Is(err, ErrUnavailable):
-		return http.StatusServiceUnavailable, CodeUnavailable, true
-	case errors.Is(err, ErrUnreachable):
-		return http.StatusBadGateway, CodeUnreachable, true
-	}
-	return http.StatusInternalServerError, CodeInternal, false
-}
-
-// WriteError answers with err's status (see Status) and a JSON body
-// {"code","message"}. The message is err's text, except for 502 and 500,
-// which get a fixed text so that internal details (addresses, paths) never
-// reach the caller.
-func WriteError(w http.ResponseWriter, err error) {
-	status, code, _ := Status(err)
-	msg := err.Error()
-	switch status {
-	case http.StatusBadGateway:
-		msg = "the sandbox port is not reachable"
-	case http.StatusInternalServerError:
-		msg = "internal error"
-	}
-	body, _ := json.Marshal(struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	}{code, msg})
-	h := w.Header()
-	h.Set("Content-Type", "application/json; charset=utf-8")
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Del("Content-Length")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(body, '\n'))
-}
+// WriteError answers with err through errdefs: its status and a JSON body
+// {"code","message"}. A 500 gets a fixed text, and so does a bare
+// ErrUnreachable, so internal details (addresses, paths) never reach the
+// caller; a *PortUnreachableError names only the sandbox and the port.
+func WriteError(w http.ResponseWriter, err error) { errdefs.Write(w, err) }

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+
+	"github.com/hybox-dev/hybox/sdks/go/errdefs"
 )
 
 const (
@@ -125,7 +127,7 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := rt.authorize(r, id, port); err != nil {
-		if status, _, known := Status(err); !known || status >= 500 || status == http.StatusBadRequest {
+		if status, _ := errdefs.HTTP(err); status >= 500 || status == http.StatusBadRequest {
 			rt.log.Warn("authorizer failed", "sandbox", id, "port", port, "err", err)
 			err = fmt.Errorf("%w: access to port %d of sandbox %s is denied", ErrForbidden, port, id)
 		}
@@ -134,7 +136,7 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	t, err := rt.resolver.Resolve(r.Context(), id, port)
 	if err != nil {
-		if _, _, known := Status(err); !known {
+		if errdefs.Internal(err) {
 			rt.log.Error("resolving a sandbox port failed", "sandbox", id, "port", port, "err", err)
 		}
 		WriteError(w, err)

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/hybox-dev/hybox/ingress"
+	"github.com/hybox-dev/hybox/sdks/go/api"
+	"github.com/hybox-dev/hybox/sdks/go/errdefs"
 )
 
 func TestRouterRefusals(t *testing.T) {
@@ -21,7 +23,7 @@ func TestRouterRefusals(t *testing.T) {
 		path, host string
 		headers    []string
 		wantStatus int
-		wantCode   string
+		wantCode   api.ErrorCode
 		wantInMsg  string
 	}{
 		{name: "nothing names a sandbox", path: "/", wantStatus: 400, wantCode: ingress.CodeInvalidRoute},
@@ -82,7 +84,7 @@ func TestRouterAuthorize(t *testing.T) {
 		authorize  func(*http.Request, string, int) error
 		headers    []string
 		wantStatus int
-		wantCode   string
+		wantCode   api.ErrorCode
 		wantNotIn  string
 	}{
 		{name: "refused", wantStatus: 401, wantCode: ingress.CodeUnauthorized,
@@ -204,6 +206,7 @@ func TestNewRouterValidates(t *testing.T) {
 	}
 }
 
+// TestStatus: the package's sentinels map to their statuses through errdefs.
 func TestStatus(t *testing.T) {
 	tests := []struct {
 		name       string
@@ -219,8 +222,8 @@ func TestStatus(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			status, _, known := ingress.Status(tc.err)
-			if status != tc.wantStatus || known != tc.wantKnown {
+			status, _ := errdefs.HTTP(tc.err)
+			if known := !errdefs.Internal(tc.err); status != tc.wantStatus || known != tc.wantKnown {
 				t.Errorf("Status = %d %v, want %d %v", status, known, tc.wantStatus, tc.wantKnown)
 			}
 		})

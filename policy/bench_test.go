@@ -13,10 +13,10 @@ func benchPolicy(tb testing.TB) *Compiled {
 	var rules []Rule
 	for i := 0; i < 25; i++ {
 		rules = append(rules,
-			Rule{Allow, fmt.Sprintf("api.host%d.example.com", i)},
-			Rule{Deny, fmt.Sprintf("*.host%d.example.com", i*4)},
-			Rule{Allow, fmt.Sprintf("10.%d.0.0/16", i)},
-			Rule{Deny, fmt.Sprintf("2001:db8:%x::/48", i)},
+			Rule{Action: Allow, Target: fmt.Sprintf("api.host%d.example.com", i)},
+			Rule{Action: Deny, Target: fmt.Sprintf("*.host%d.example.com", i*4)},
+			Rule{Action: Allow, Target: fmt.Sprintf("10.%d.0.0/16", i)},
+			Rule{Action: Deny, Target: fmt.Sprintf("2001:db8:%x::/48", i)},
 		)
 	}
 	c, err := Compile(Policy{DefaultAction: Deny, Egress: rules})

@@ -57,7 +57,7 @@ type Decision struct {
 // # Errors
 // An *InvalidError (matching ErrInvalid) when p is invalid.
 func Compile(p Policy) (*Compiled, error) {
-	p, err := p.Normalize()
+	p, err := Normalize(p)
 	if err != nil {
 		return nil, err
 	}

@@ -21,19 +21,19 @@ func mustCompile(t testing.TB, def Action, rules ...Rule) *Compiled {
 
 func TestNameMatching(t *testing.T) {
 	c := mustCompile(t, Deny,
-		Rule{Allow, "example.com"},           // 0
-		Rule{Deny, "*.example.com"},          // 1
-		Rule{Allow, "api.example.com"},       // 2: shadowed by 1
-		Rule{Allow, "*.Trusted.ORG."},        // 3
-		Rule{Deny, "bad.trusted.org"},        // 4: shadowed by 3
-		Rule{Deny, "*.x.trusted.org"},        // 5: shadowed by 3
-		Rule{Allow, "*.pypi.org"},            // 6
-		Rule{Deny, "10.0.0.0/8"},             // 7
-		Rule{Allow, "10.1.2.3"},              // 8: shadowed by 7
-		Rule{Allow, "2001:db8::/32"},         // 9
-		Rule{Deny, "files.pythonhosted.org"}, // 10
-		Rule{Allow, "*.pythonhosted.org"},    // 11
-		Rule{Allow, "::ffff:192.0.2.0/120"},  // 12: stored as 192.0.2.0/24
+		Rule{Action: Allow, Target: "example.com"},           // 0
+		Rule{Action: Deny, Target: "*.example.com"},          // 1
+		Rule{Action: Allow, Target: "api.example.com"},       // 2: shadowed by 1
+		Rule{Action: Allow, Target: "*.Trusted.ORG."},        // 3
+		Rule{Action: Deny, Target: "bad.trusted.org"},        // 4: shadowed by 3
+		Rule{Action: Deny, Target: "*.x.trusted.org"},        // 5: shadowed by 3
+		Rule{Action: Allow, Target: "*.pypi.org"},            // 6
+		Rule{Action: Deny, Target: "10.0.0.0/8"},             // 7
+		Rule{Action: Allow, Target: "10.1.2.3"},              // 8: shadowed by 7
+		Rule{Action: Allow, Target: "2001:db8::/32"},         // 9
+		Rule{Action: Deny, Target: "files.pythonhosted.org"}, // 10
+		Rule{Action: Allow, Target: "*.pythonhosted.org"},    // 11
+		Rule{Action: Allow, Target: "::ffff:192.0.2.0/120"},  // 12: stored as 192.0.2.0/24
 	)
 	tests := []struct {
 		name  string
@@ -85,15 +85,15 @@ func TestNameMatching(t *testing.T) {
 
 func TestAddrMatching(t *testing.T) {
 	c := mustCompile(t, Allow,
-		Rule{Deny, "10.0.0.0/8"},        // 0
-		Rule{Allow, "10.1.2.3"},         // 1: shadowed by 0
-		Rule{Allow, "192.168.1.1"},      // 2
-		Rule{Deny, "192.168.0.0/16"},    // 3
-		Rule{Deny, "example.com"},       // 4: names never match addresses
-		Rule{Deny, "2001:db8::/32"},     // 5
-		Rule{Allow, "2001:db8:1::1"},    // 6: shadowed by 5
-		Rule{Deny, "::1"},               // 7
-		Rule{Deny, "::ffff:172.16.0.1"}, // 8: stored as 172.16.0.1
+		Rule{Action: Deny, Target: "10.0.0.0/8"},        // 0
+		Rule{Action: Allow, Target: "10.1.2.3"},         // 1: shadowed by 0
+		Rule{Action: Allow, Target: "192.168.1.1"},      // 2
+		Rule{Action: Deny, Target: "192.168.0.0/16"},    // 3
+		Rule{Action: Deny, Target: "example.com"},       // 4: names never match addresses
+		Rule{Action: Deny, Target: "2001:db8::/32"},     // 5
+		Rule{Action: Allow, Target: "2001:db8:1::1"},    // 6: shadowed by 5
+		Rule{Action: Deny, Target: "::1"},               // 7
+		Rule{Action: Deny, Target: "::ffff:172.16.0.1"}, // 8: stored as 172.16.0.1
 	)
 	tests := []struct {
 		addr  string
@@ -127,14 +127,14 @@ func TestAddrMatching(t *testing.T) {
 	assert.Equal(t, Decision{Allow: true, Index: -1, Rule: Rule{Action: Allow}}, d, "invalid address gets the default")
 
 	// An IPv4 rule does not match IPv6 space beyond the mapped range.
-	c = mustCompile(t, Deny, Rule{Allow, "0.0.0.0/0"})
+	c = mustCompile(t, Deny, Rule{Action: Allow, Target: "0.0.0.0/0"})
 	assert.True(t, c.Addr(netip.MustParseAddr("::ffff:8.8.8.8")).Allow)
 	assert.False(t, c.Addr(netip.MustParseAddr("2001:4860::8888")).Allow)
 }
 
 func TestIPRules(t *testing.T) {
 	c := mustCompile(t, Deny,
-		Rule{Allow, "a.com"}, Rule{Deny, "10.0.0.0/8"}, Rule{Allow, "*.b.com"}, Rule{Allow, "::ffff:1.2.3.4"}, Rule{Deny, "2001:db8::/32"})
+		Rule{Action: Allow, Target: "a.com"}, Rule{Action: Deny, Target: "10.0.0.0/8"}, Rule{Action: Allow, Target: "*.b.com"}, Rule{Action: Allow, Target: "::ffff:1.2.3.4"}, Rule{Action: Deny, Target: "2001:db8::/32"})
 	assert.Equal(t, []IPRule{
 		{Prefix: netip.MustParsePrefix("10.0.0.0/8"), Allow: false, Index: 1},
 		{Prefix: netip.MustParsePrefix("1.2.3.4/32"), Allow: true, Index: 3},
@@ -144,7 +144,7 @@ func TestIPRules(t *testing.T) {
 	r[0].Allow = true
 	assert.False(t, c.IPRules()[0].Allow, "IPRules returns a copy")
 	assert.True(t, c.HasNameRules())
-	assert.False(t, mustCompile(t, Deny, Rule{Allow, "1.1.1.1"}).HasNameRules())
+	assert.False(t, mustCompile(t, Deny, Rule{Action: Allow, Target: "1.1.1.1"}).HasNameRules())
 }
 
 func TestNilCompiled(t *testing.T) {
@@ -168,11 +168,11 @@ func TestMode(t *testing.T) {
 		want  string
 	}{
 		{Allow, nil, ModeAllowAll},
-		{Allow, []Rule{{Allow, "a.com"}}, ModeAllowAll},
-		{Allow, []Rule{{Deny, "a.com"}}, ModeEnforcing},
+		{Allow, []Rule{{Action: Allow, Target: "a.com"}}, ModeAllowAll},
+		{Allow, []Rule{{Action: Deny, Target: "a.com"}}, ModeEnforcing},
 		{"", nil, ModeDenyAll},
-		{Deny, []Rule{{Deny, "a.com"}}, ModeDenyAll},
-		{Deny, []Rule{{Allow, "10.0.0.0/8"}}, ModeEnforcing},
+		{Deny, []Rule{{Action: Deny, Target: "a.com"}}, ModeDenyAll},
+		{Deny, []Rule{{Action: Allow, Target: "10.0.0.0/8"}}, ModeEnforcing},
 	}
 	for _, tt := range tests {
 		c := mustCompile(t, tt.def, tt.rules...)
@@ -182,25 +182,25 @@ func TestMode(t *testing.T) {
 }
 
 func TestCompileInvalid(t *testing.T) {
-	_, err := Compile(Policy{Egress: []Rule{{Allow, "ok.com"}, {Allow, "not ok"}}})
+	_, err := Compile(Policy{Egress: []Rule{{Action: Allow, Target: "ok.com"}, {Action: Allow, Target: "not ok"}}})
 	require.ErrorIs(t, err, ErrInvalid)
 	assert.Equal(t, `egress[1].target "not ok": not a domain, wildcard, IP or CIDR`, err.Error())
 }
 
 func TestCompiledPolicyIsCopy(t *testing.T) {
-	in := Policy{Egress: []Rule{{Allow, "A.com"}}}
+	in := Policy{Egress: []Rule{{Action: Allow, Target: "A.com"}}}
 	c, err := Compile(in)
 	require.NoError(t, err)
 	assert.Equal(t, "A.com", in.Egress[0].Target, "input not modified")
 	p := c.Policy()
-	assert.Equal(t, Policy{DefaultAction: Deny, Egress: []Rule{{Allow, "a.com"}}}, p)
+	assert.Equal(t, Policy{DefaultAction: Deny, Egress: []Rule{{Action: Allow, Target: "a.com"}}}, p)
 	p.Egress[0].Target = "b.com"
 	assert.True(t, c.Name("a.com").Allow)
 	assert.Equal(t, "a.com", c.Policy().Egress[0].Target)
 }
 
 func TestReasonAndDeniedError(t *testing.T) {
-	c := mustCompile(t, Deny, Rule{Allow, "example.com"}, Rule{Deny, "b.com"}, Rule{Deny, "*.example.com"})
+	c := mustCompile(t, Deny, Rule{Action: Allow, Target: "example.com"}, Rule{Action: Deny, Target: "b.com"}, Rule{Action: Deny, Target: "*.example.com"})
 	assert.Equal(t, "allowed by rule 0 (allow example.com)", c.Name("example.com").Reason())
 	assert.Equal(t, "denied by rule 2 (deny *.example.com)", c.Name("x.example.com").Reason())
 	assert.Equal(t, "denied by the default action (deny)", c.Name("other.net").Reason())
@@ -222,7 +222,7 @@ func TestReasonAndDeniedError(t *testing.T) {
 }
 
 func TestLongNames(t *testing.T) {
-	c := mustCompile(t, Allow, Rule{Deny, "*.example.com"})
+	c := mustCompile(t, Allow, Rule{Action: Deny, Target: "*.example.com"})
 	long := strings.Repeat("a.", 200) + "Example.com"
 	d := c.Name(long)
 	assert.False(t, d.Allow, "a wildcard covers names longer than 253 bytes too")

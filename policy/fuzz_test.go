@@ -29,7 +29,7 @@ func FuzzParse(f *testing.F) {
 			return
 		}
 		require.NotNil(t, p.Egress)
-		again, err := p.Normalize()
+		again, err := Normalize(p)
 		require.NoError(t, err)
 		require.Equal(t, p, again, "Normalize is idempotent")
 

@@ -8,44 +8,41 @@ package policy
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/hybox-dev/hybox/sdks/go/api"
+	"github.com/hybox-dev/hybox/sdks/go/errdefs"
 )
 
 // Action is what a rule (or the default) does with matching traffic.
-type Action string
+type Action = api.PolicyAction
 
 // The two actions.
 const (
-	Allow Action = "allow"
-	Deny  Action = "deny"
+	Allow = api.PolicyActionAllow
+	Deny  = api.PolicyActionDeny
 )
 
 // MaxRules is the largest number of egress rules a policy may hold.
 const MaxRules = 4096
 
-// Rule is one egress rule. Target is an exact domain ("example.com"), a
-// wildcard ("*.example.com": subdomains at any depth, not the apex), an IPv4
-// or IPv6 address, or a CIDR.
-type Rule struct {
-	Action Action `json:"action"`
-	Target string `json:"target"`
-}
+// Rule is one egress rule (the wire type EgressRule). Target is an exact
+// domain ("example.com"), a wildcard ("*.example.com": subdomains at any
+// depth, not the apex), an IPv4 or IPv6 address, or a CIDR.
+type Rule = api.EgressRule
 
-// Policy is an egress policy as clients send it. Its zero value denies
-// everything. Use Parse or Normalize to get a validated, normalized copy.
-type Policy struct {
-	// DefaultAction applies when no rule matches; empty means Deny.
-	DefaultAction Action `json:"defaultAction,omitempty"`
-	// Egress is the ordered rule list; the first match wins.
-	Egress []Rule `json:"egress"`
-}
+// Policy is an egress policy as clients send it (the wire type
+// NetworkPolicy): DefaultAction applies when no rule matches (empty means
+// Deny); Egress is the ordered rule list, and the first match wins. Its zero
+// value denies everything. Use Parse or Normalize to get a validated,
+// normalized copy, whose Egress is never nil.
+type Policy = api.NetworkPolicy
 
 // ErrInvalid is matched (errors.Is) by every validation error of this
 // package, so callers can map it to a 400 in one place.
-var ErrInvalid = errors.New("invalid egress policy")
+var ErrInvalid = fmt.Errorf("invalid egress policy: %w", errdefs.ErrInvalid)
 
 // InvalidError describes why a policy or rule list was refused. Its message
 // names the offending field and value, e.g.
@@ -77,22 +74,15 @@ func (e *InvalidError) Error() string {
 }
 
 // Is reports whether target is ErrInvalid.
-func (e *InvalidError) Is(target error) bool { return target == ErrInvalid }
+func (e *InvalidError) Is(target error) bool {
+	return target == ErrInvalid || target == errdefs.ErrInvalid
+}
 
 // Unwrap returns the underlying error, if any.
 func (e *InvalidError) Unwrap() error { return e.Err }
 
 func invalidValue(field, value, reason string) *InvalidError {
 	return &InvalidError{Field: field, Value: value, Reason: reason, quoteValue: true}
-}
-
-// MarshalJSON encodes the policy with "egress" always an array (never null).
-func (p Policy) MarshalJSON() ([]byte, error) {
-	type plain Policy // no methods: avoids recursion
-	if p.Egress == nil {
-		p.Egress = []Rule{}
-	}
-	return json.Marshal(plain(p))
 }
 
 // Parse decodes a policy document and returns it validated and normalized
@@ -107,9 +97,9 @@ func Parse(data []byte) (Policy, error) {
 	}
 	var p Policy
 	if err := json.Unmarshal(data, &p); err != nil {
-		return Policy{}, &InvalidError{Reason: "egress policy: invalid JSON: " + err.Error(), Err: err}
+		return Policy{}, &InvalidError{Reason: "egress policy: " + errdefs.DescribeJSON(err), Err: err}
 	}
-	return p.Normalize()
+	return Normalize(p)
 }
 
 // ParseRules decodes a JSON array of rules (the body of PATCH /policy) and
@@ -125,7 +115,7 @@ func ParseRules(data []byte) ([]Rule, error) {
 	}
 	var rules []Rule
 	if err := json.Unmarshal(trimmed, &rules); err != nil {
-		return nil, &InvalidError{Reason: "egress rules: invalid JSON: " + err.Error(), Err: err}
+		return nil, &InvalidError{Reason: "egress rules: " + errdefs.DescribeJSON(err), Err: err}
 	}
 	return normalizeRules(rules, "rules")
 }
@@ -137,7 +127,7 @@ func ParseRules(data []byte) ([]Rule, error) {
 //
 // # Errors
 // An *InvalidError (matching ErrInvalid) naming the first bad field.
-func (p Policy) Normalize() (Policy, error) {
+func Normalize(p Policy) (Policy, error) {
 	def, ok := parseAction(string(p.DefaultAction))
 	if !ok {
 		return Policy{}, invalidValue("defaultAction", string(p.DefaultAction), `must be "allow" or "deny"`)

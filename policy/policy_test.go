@@ -34,7 +34,7 @@ func TestParseNormalizes(t *testing.T) {
 		{
 			name: "case, trailing dot, spaces",
 			in:   `{"defaultAction":"ALLOW","egress":[{"action":"Deny","target":" Example.COM. "},{"action":"allow","target":"*.Foo.Example.com"}]}`,
-			want: Policy{DefaultAction: Allow, Egress: []Rule{{Deny, "example.com"}, {Allow, "*.foo.example.com"}}},
+			want: Policy{DefaultAction: Allow, Egress: []Rule{{Action: Deny, Target: "example.com"}, {Action: Allow, Target: "*.foo.example.com"}}},
 		},
 		{
 			name: "ip and cidr canonical forms",
@@ -48,20 +48,20 @@ func TestParseNormalizes(t *testing.T) {
 				{"action":"allow","target":"::ffff:0:0/80"},
 				{"action":"allow","target":"::ffff:0:0/96"}]}`,
 			want: Policy{DefaultAction: Deny, Egress: []Rule{
-				{Allow, "10.1.2.3"}, {Allow, "10.0.0.0/8"}, {Allow, "2001:db8::1"},
-				{Allow, "2001:db8::/32"}, {Allow, "192.0.2.1"}, {Allow, "192.0.2.0/24"},
-				{Allow, "::/80"}, {Allow, "0.0.0.0/0"},
+				{Action: Allow, Target: "10.1.2.3"}, {Action: Allow, Target: "10.0.0.0/8"}, {Action: Allow, Target: "2001:db8::1"},
+				{Action: Allow, Target: "2001:db8::/32"}, {Action: Allow, Target: "192.0.2.1"}, {Action: Allow, Target: "192.0.2.0/24"},
+				{Action: Allow, Target: "::/80"}, {Action: Allow, Target: "0.0.0.0/0"},
 			}},
 		},
 		{
 			name: "underscore and single label",
 			in:   `{"egress":[{"action":"allow","target":"_srv._tcp.example.com"},{"action":"deny","target":"localhost"}]}`,
-			want: Policy{DefaultAction: Deny, Egress: []Rule{{Allow, "_srv._tcp.example.com"}, {Deny, "localhost"}}},
+			want: Policy{DefaultAction: Deny, Egress: []Rule{{Action: Allow, Target: "_srv._tcp.example.com"}, {Action: Deny, Target: "localhost"}}},
 		},
 		{
 			name: "unknown fields ignored",
 			in:   `{"egress":[{"action":"allow","target":"a.io","note":"x"}],"extra":1}`,
-			want: Policy{DefaultAction: Deny, Egress: []Rule{{Allow, "a.io"}}},
+			want: Policy{DefaultAction: Deny, Egress: []Rule{{Action: Allow, Target: "a.io"}}},
 		},
 	}
 	for _, tt := range tests {
@@ -69,7 +69,7 @@ func TestParseNormalizes(t *testing.T) {
 			got, err := Parse([]byte(tt.in))
 			require.NoError(t, err)
 			assert.Equal(t, tt.want, got)
-			again, err := got.Normalize()
+			again, err := Normalize(got)
 			require.NoError(t, err)
 			assert.Equal(t, got, again, "Normalize is idempotent")
 		})
@@ -113,8 +113,8 @@ func TestParseErrors(t *testing.T) {
 		{"missing action", `{"egress":[{"target":"a.com"}]}`, `egress[0].action "": missing; must be "allow" or "deny"`},
 		{"bad default", `{"defaultAction":"permit"}`, `defaultAction "permit": must be "allow" or "deny"`},
 		{"empty", ``, `egress policy: empty document`},
-		{"not json", `{`, `egress policy: invalid JSON: unexpected end of JSON input`},
-		{"wrong type", `{"egress":{}}`, `egress policy: invalid JSON: json: cannot unmarshal object into Go struct field Policy.egress of type []policy.Rule`},
+		{"not json", `{`, `egress policy: malformed JSON at byte 1: unexpected end of JSON input`},
+		{"wrong type", `{"egress":{}}`, `egress policy: egress: want an array, got an object`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -131,11 +131,11 @@ func TestParseErrors(t *testing.T) {
 func TestRuleLimit(t *testing.T) {
 	rules := make([]Rule, MaxRules)
 	for i := range rules {
-		rules[i] = Rule{Allow, "10.0.0.1"}
+		rules[i] = Rule{Action: Allow, Target: "10.0.0.1"}
 	}
-	_, err := Policy{Egress: rules}.Normalize()
+	_, err := Normalize(Policy{Egress: rules})
 	require.NoError(t, err)
-	_, err = Policy{Egress: append(rules, Rule{Deny, "a.com"})}.Normalize()
+	_, err = Normalize(Policy{Egress: append(rules, Rule{Action: Deny, Target: "a.com"})})
 	require.ErrorIs(t, err, ErrInvalid)
 	assert.Equal(t, "egress: 4097 rules, more than the limit of 4096", err.Error())
 }
@@ -143,7 +143,7 @@ func TestRuleLimit(t *testing.T) {
 func TestParseRules(t *testing.T) {
 	rules, err := ParseRules([]byte(` [{"action":"ALLOW","target":"A.com."},{"action":"deny","target":"10.0.0.0/8"}]`))
 	require.NoError(t, err)
-	assert.Equal(t, []Rule{{Allow, "a.com"}, {Deny, "10.0.0.0/8"}}, rules)
+	assert.Equal(t, []Rule{{Action: Allow, Target: "a.com"}, {Action: Deny, Target: "10.0.0.0/8"}}, rules)
 
 	rules, err = ParseRules([]byte(`[]`))
 	require.NoError(t, err)
@@ -155,7 +155,7 @@ func TestParseRules(t *testing.T) {
 		`null`:                                `egress rules: want a JSON array of rules`,
 		`[{"action":"allow","target":"a.com"},{"action":"x"}]`: `rules[1].action "x": must be "allow" or "deny"`,
 		`[{"action":"allow","target":"a b"}]`:                  `rules[0].target "a b": not a domain, wildcard, IP or CIDR`,
-		`[{"action":"allow"`:                                   `egress rules: invalid JSON: unexpected end of JSON input`,
+		`[{"action":"allow"`:                                   `egress rules: malformed JSON at byte 18: unexpected end of JSON input`,
 	} {
 		_, err := ParseRules([]byte(in))
 		require.Error(t, err, in)
@@ -167,11 +167,13 @@ func TestParseRules(t *testing.T) {
 func TestJSONRoundTrip(t *testing.T) {
 	b, err := json.Marshal(Policy{})
 	require.NoError(t, err)
-	assert.JSONEq(t, `{"egress":[]}`, string(b), "egress is [] and an empty default is omitted")
+	assert.JSONEq(t, `{}`, string(b), "an empty default and no rules are omitted")
 
-	b, err = json.Marshal(&Policy{DefaultAction: Deny})
+	n, err := Normalize(Policy{})
 	require.NoError(t, err)
-	assert.JSONEq(t, `{"defaultAction":"deny","egress":[]}`, string(b))
+	b, err = json.Marshal(&n)
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"defaultAction":"deny","egress":[]}`, string(b), "a normalized policy has egress [] and an explicit default")
 
 	in := `{"defaultAction":"allow","egress":[{"action":"deny","target":"*.example.com"},{"action":"allow","target":"10.0.0.0/8"},{"action":"deny","target":"2001:db8::/32"},{"action":"allow","target":"example.com"}]}`
 	p, err := Parse([]byte(in))
@@ -186,7 +188,7 @@ func TestJSONRoundTrip(t *testing.T) {
 
 func TestPatch(t *testing.T) {
 	base := Policy{DefaultAction: Deny, Egress: []Rule{
-		{Allow, "a.com"}, {Deny, "b.com"}, {Allow, "10.0.0.0/8"}, {Allow, "c.com"},
+		{Action: Allow, Target: "a.com"}, {Action: Deny, Target: "b.com"}, {Action: Allow, Target: "10.0.0.0/8"}, {Action: Allow, Target: "c.com"},
 	}}
 	orig := append([]Rule(nil), base.Egress...)
 	tests := []struct {
@@ -196,17 +198,17 @@ func TestPatch(t *testing.T) {
 	}{
 		{"nothing", nil, base.Egress},
 		{"new rules go first in order",
-			[]Rule{{Deny, "x.com"}, {Allow, "y.com"}},
-			[]Rule{{Deny, "x.com"}, {Allow, "y.com"}, {Allow, "a.com"}, {Deny, "b.com"}, {Allow, "10.0.0.0/8"}, {Allow, "c.com"}}},
+			[]Rule{{Action: Deny, Target: "x.com"}, {Action: Allow, Target: "y.com"}},
+			[]Rule{{Action: Deny, Target: "x.com"}, {Action: Allow, Target: "y.com"}, {Action: Allow, Target: "a.com"}, {Action: Deny, Target: "b.com"}, {Action: Allow, Target: "10.0.0.0/8"}, {Action: Allow, Target: "c.com"}}},
 		{"same target replaced and moved",
-			[]Rule{{Allow, "c.com"}, {Allow, "b.com"}},
-			[]Rule{{Allow, "c.com"}, {Allow, "b.com"}, {Allow, "a.com"}, {Allow, "10.0.0.0/8"}}},
+			[]Rule{{Action: Allow, Target: "c.com"}, {Action: Allow, Target: "b.com"}},
+			[]Rule{{Action: Allow, Target: "c.com"}, {Action: Allow, Target: "b.com"}, {Action: Allow, Target: "a.com"}, {Action: Allow, Target: "10.0.0.0/8"}}},
 		{"targets compared normalized",
-			[]Rule{{Deny, "A.COM."}, {Deny, "10.1.2.3/8"}},
-			[]Rule{{Deny, "A.COM."}, {Deny, "10.1.2.3/8"}, {Deny, "b.com"}, {Allow, "c.com"}}},
+			[]Rule{{Action: Deny, Target: "A.COM."}, {Action: Deny, Target: "10.1.2.3/8"}},
+			[]Rule{{Action: Deny, Target: "A.COM."}, {Action: Deny, Target: "10.1.2.3/8"}, {Action: Deny, Target: "b.com"}, {Action: Allow, Target: "c.com"}}},
 		{"repeated new target keeps first",
-			[]Rule{{Deny, "z.com"}, {Allow, "z.com"}},
-			[]Rule{{Deny, "z.com"}, {Allow, "a.com"}, {Deny, "b.com"}, {Allow, "10.0.0.0/8"}, {Allow, "c.com"}}},
+			[]Rule{{Action: Deny, Target: "z.com"}, {Action: Allow, Target: "z.com"}},
+			[]Rule{{Action: Deny, Target: "z.com"}, {Action: Allow, Target: "a.com"}, {Action: Deny, Target: "b.com"}, {Action: Allow, Target: "10.0.0.0/8"}, {Action: Allow, Target: "c.com"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -217,17 +219,17 @@ func TestPatch(t *testing.T) {
 		})
 	}
 	// Wildcard and apex are different targets.
-	got := Patch(Policy{Egress: []Rule{{Allow, "example.com"}}}, []Rule{{Deny, "*.example.com"}})
-	assert.Equal(t, []Rule{{Deny, "*.example.com"}, {Allow, "example.com"}}, got.Egress)
+	got := Patch(Policy{Egress: []Rule{{Action: Allow, Target: "example.com"}}}, []Rule{{Action: Deny, Target: "*.example.com"}})
+	assert.Equal(t, []Rule{{Action: Deny, Target: "*.example.com"}, {Action: Allow, Target: "example.com"}}, got.Egress)
 }
 
 func TestRemove(t *testing.T) {
 	base := Policy{DefaultAction: Allow, Egress: []Rule{
-		{Deny, "a.com"}, {Deny, "*.a.com"}, {Deny, "10.0.0.0/8"}, {Deny, "2001:db8::1"}, {Deny, "a.com"},
+		{Action: Deny, Target: "a.com"}, {Action: Deny, Target: "*.a.com"}, {Action: Deny, Target: "10.0.0.0/8"}, {Action: Deny, Target: "2001:db8::1"}, {Action: Deny, Target: "a.com"},
 	}}
 	orig := append([]Rule(nil), base.Egress...)
 	got := Remove(base, []string{"A.com.", "10.9.9.9/8", "2001:DB8:0::1", "unknown.org", ""})
-	assert.Equal(t, Policy{DefaultAction: Allow, Egress: []Rule{{Deny, "*.a.com"}}}, got)
+	assert.Equal(t, Policy{DefaultAction: Allow, Egress: []Rule{{Action: Deny, Target: "*.a.com"}}}, got)
 	assert.Equal(t, orig, base.Egress, "input not modified")
 
 	got = Remove(base, nil)

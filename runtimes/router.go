@@ -22,29 +22,45 @@ var BuiltinImageRules = []ImageRule{
 	{Pattern: "*/opensandbox/code-interpreter*", Runtime: "wasm"},
 }
 
-// Router picks the runtime of a sandbox: extensions["hybox.io/runtime"]
-// wins, then the first matching image rule, then the default.
+// WasmRuntime is the name of the wasm backend's runtime; every other
+// runtime runs OCI images (containers).
+const WasmRuntime = "wasm"
+
+// Router picks the runtime of a sandbox and never guesses:
+// extensions["hybox.io/runtime"] wins; then the first matching image rule
+// (configured rules, then BuiltinImageRules: wasm:// images and the code
+// interpreter images go to wasm); any other image is an OCI image
+// reference and goes to the container default.
 type Router struct {
 	runtimes map[string]Runtime
 	rules    []ImageRule
-	def      string
+	ociDef   string
 }
 
 // NewRouter builds a router. Rules are tried in order (configured rules
-// should come before BuiltinImageRules).
+// should come before BuiltinImageRules). ociDefault is the container
+// runtime of OCI images no rule names ("" = "runc"); it need not be
+// registered: when it is not, creating such a sandbox fails with a clear
+// error, and wasm sandboxes still work.
 //
 // # Errors
-// When def or a rule names a runtime that is not registered.
-func NewRouter(rts []Runtime, rules []ImageRule, def string) (*Router, error) {
-	r := &Router{runtimes: map[string]Runtime{}, rules: rules, def: def}
+// When ociDefault is the wasm runtime.
+func NewRouter(rts []Runtime, rules []ImageRule, ociDefault string) (*Router, error) {
+	if ociDefault == "" {
+		ociDefault = "runc"
+	}
+	if ociDefault == WasmRuntime {
+		return nil, fmt.Errorf("the container default runtime (oci.default_runtime) must be a container runtime such as runc or runsc, not %q; wasm sandboxes are chosen by their image (wasm://...) or an image rule", ociDefault)
+	}
+	r := &Router{runtimes: map[string]Runtime{}, rules: rules, ociDef: ociDefault}
 	for _, rt := range rts {
 		r.runtimes[rt.Name()] = rt
 	}
-	if _, ok := r.runtimes[def]; !ok {
-		return nil, fmt.Errorf("default runtime %q is not available (have %s)", def, strings.Join(r.Names(), ", "))
-	}
 	return r, nil
 }
+
+// ContainerDefault is the runtime of OCI images no rule names.
+func (r *Router) ContainerDefault() string { return r.ociDef }
 
 // Names lists the registered runtimes.
 func (r *Router) Names() []string {
@@ -65,11 +81,20 @@ func (r *Router) Get(name string) (Runtime, bool) {
 // Select returns the runtime for spec and validates spec against it.
 //
 // # Errors
-// ErrInvalid for an unknown runtime name; the runtime's Validate error.
+// ErrInvalid for an unknown runtime name, and for an OCI image when the
+// runtime it goes to is not available (no container backend at all:
+// "image python:3.12 needs a container runtime; this server has none");
+// the runtime's Validate error.
 func (r *Router) Select(spec Spec) (Runtime, error) {
-	name := r.pick(spec)
+	name, byDefault := r.pick(spec)
 	rt, ok := r.runtimes[name]
-	if !ok {
+	switch {
+	case ok:
+	case byDefault && !r.hasContainers():
+		return nil, fmt.Errorf("%w: image %s needs a container runtime; this server has none (start it with --containerd)", ErrInvalid, spec.Image)
+	case byDefault:
+		return nil, fmt.Errorf("%w: image %s goes to the container default runtime %q (oci.default_runtime), which is not available on this server (available: %s); name one with extensions {%q: ...}", ErrInvalid, spec.Image, name, strings.Join(r.Names(), ", "), ExtensionRuntime)
+	default:
 		return nil, fmt.Errorf("%w: runtime %q is not available on this server (available: %s)", ErrInvalid, name, strings.Join(r.Names(), ", "))
 	}
 	if err := rt.Validate(spec); err != nil {
@@ -78,16 +103,28 @@ func (r *Router) Select(spec Spec) (Runtime, error) {
 	return rt, nil
 }
 
-func (r *Router) pick(spec Spec) string {
+// pick names the runtime for spec; byDefault reports that it is the
+// container default (no extension, no rule).
+func (r *Router) pick(spec Spec) (name string, byDefault bool) {
 	if n := strings.TrimSpace(spec.Extensions[ExtensionRuntime]); n != "" {
-		return strings.ToLower(n)
+		return strings.ToLower(n), false
 	}
 	for _, rule := range r.rules {
 		if MatchImage(rule.Pattern, spec.Image) {
-			return rule.Runtime
+			return rule.Runtime, false
 		}
 	}
-	return r.def
+	return r.ociDef, true
+}
+
+// hasContainers reports whether any container runtime is registered.
+func (r *Router) hasContainers() bool {
+	for n := range r.runtimes {
+		if n != WasmRuntime {
+			return true
+		}
+	}
+	return false
 }
 
 // MatchImage reports whether image matches pattern, with or without the

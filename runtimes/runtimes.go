@@ -5,23 +5,29 @@ package runtimes
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net/http"
-	"time"
+
+	"github.com/hybox-dev/hybox/execd"
+	"github.com/hybox-dev/hybox/sdks/go/api"
+	"github.com/hybox-dev/hybox/sdks/go/errdefs"
 )
 
-// Sentinel errors. Backends wrap them with context; the server maps them to
-// HTTP statuses in one place.
+// Sentinel errors: the kinds of hybox's one error model (errdefs), under
+// the names backends use. Backends wrap them with context; errdefs.HTTP
+// maps them to statuses in one place.
 var (
-	// ErrNotFound: no such sandbox.
-	ErrNotFound = errors.New("not found")
+	// ErrNotFound: no such sandbox (or image).
+	ErrNotFound = errdefs.ErrNotFound
 	// ErrInvalid: the request cannot be served as given (400).
-	ErrInvalid = errors.New("invalid request")
+	ErrInvalid = errdefs.ErrInvalid
 	// ErrNotSupported: this backend cannot do it; the message names one that can.
-	ErrNotSupported = errors.New("not supported")
+	ErrNotSupported = errdefs.ErrNotSupported
 	// ErrUnavailable: the backend is not ready (guests missing, daemon down).
-	ErrUnavailable = errors.New("backend unavailable")
+	ErrUnavailable = errdefs.ErrUnavailable
+	// ErrPaused: the sandbox is paused; execd answers only /ping until it
+	// is resumed (409 SANDBOX_PAUSED).
+	ErrPaused = errdefs.New(api.ErrorCodeSANDBOXPAUSED, "the sandbox is paused; resume it first")
 )
 
 // Spec is everything a backend needs to create or restore a sandbox.
@@ -85,6 +91,19 @@ type Sandbox interface {
 	Close(ctx context.Context) error
 }
 
+// CodeRunner is implemented by sandboxes that run code for the server
+// without a request to their execd API from outside: the one-shot run
+// (POST /run) calls it directly.
+type CodeRunner interface {
+	// RunCode runs req as POST /code does and sends its events to sink.
+	//
+	// # Errors
+	// What POST /code answers before its stream starts (no code, context
+	// not found, busy, unknown language), with its wire code; ErrPaused
+	// while the sandbox is paused.
+	RunCode(ctx context.Context, req api.CodeRunRequest, sink execd.Sink) error
+}
+
 // Runtime is one backend.
 type Runtime interface {
 	// Name is the value of extensions["hybox.io/runtime"] that selects it.
@@ -136,13 +155,8 @@ type Sweeper interface {
 	Sweep(ctx context.Context, keep func(id string) bool) error
 }
 
-// Image is an image known to a backend.
-type Image struct {
-	Name      string    `json:"name"`
-	Digest    string    `json:"digest"`
-	Size      int64     `json:"size"`
-	CreatedAt time.Time `json:"createdAt"`
-}
+// Image is an image known to a backend (the wire type Image).
+type Image = api.Image
 
 // RegistryAuth holds credentials for pulling an image.
 type RegistryAuth struct {

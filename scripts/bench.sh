@@ -11,6 +11,11 @@ out=build/bench.txt
 	go test -run '^$' -bench 'ExecutionsPerSecond' -benchtime 2000x ./server/
 	go test -run '^$' -bench 'MemoryPerIdleSandbox' -benchtime 500x ./server/
 	go test -run '^$' -bench 'MemoryPerPythonContext' -benchtime 10x ./server/
+	# The Go SDK against a real `hybox serve` (bin/hybox): its overhead per
+	# call over the same request written with net/http, and create → first
+	# command result for a wasm sandbox.
+	(cd sdks/go && HYBOX_BIN="$PWD/../../bin/hybox" HYBOX_REQUIRE_SDK_SERVER=1 \
+		go test -run '^$' -bench 'SDKOverhead|CreateToFirstResult' -benchtime 1000x .)
 	# Egress building blocks on loopback: policy decisions, the DNS proxy,
 	# the credential proxy (splice and injection against direct).
 	go test -run '^$' -bench . ./policy/

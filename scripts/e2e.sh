@@ -153,9 +153,12 @@ if [ "$want_containers" = yes ]; then
 		say "building the test image archive $archive"
 		scripts/containers/build-image.sh "$archive"
 	fi
-	scripts/containers/containerd.sh start "$data" >&2
+	# gVisor from source (cached by version); without it the runsc pass fails.
+	gvisor=$(scripts/containers/build-gvisor.sh | tail -n 1) || gvisor=
+	scripts/containers/containerd.sh start "$data" $gvisor >&2
 	containerd_started=yes
-	flags=(--containerd "$sock" --runsc-binary "$data/bin/runsc-hybox")
+	flags=(--containerd "$sock")
+	[ -n "$gvisor" ] && flags+=(--runsc-binary "$gvisor/runsc")
 fi
 
 HYBOX_VAULT_KEY=$vault_key ./bin/hybox serve --addr "127.0.0.1:$port" --data-dir "$data" --api-key "$key" \

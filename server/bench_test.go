@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hybox-dev/hybox/execd"
+	"github.com/hybox-dev/hybox/sdks/go/api"
 )
 
 // These benchmarks drive the real server over loopback HTTP, as a client
@@ -71,7 +72,7 @@ func (c *benchClient) post(b *testing.B, path string, hdr map[string]string, bod
 
 func (c *benchClient) create(b *testing.B) string {
 	out := c.post(b, "/v1/sandboxes", nil, `{"image":{"uri":"wasm://default"},"timeout":3600}`)
-	var sb Sandbox
+	var sb api.Sandbox
 	if err := json.Unmarshal(out, &sb); err != nil {
 		b.Fatal(err)
 	}

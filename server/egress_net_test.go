@@ -18,6 +18,7 @@ import (
 
 	"github.com/hybox-dev/hybox/internal/egresstest"
 	"github.com/hybox-dev/hybox/internal/ocienv"
+	"github.com/hybox-dev/hybox/sdks/go/api"
 )
 
 // startUpstream builds the private upstream network (root only).
@@ -155,11 +156,11 @@ except OSError as e:
 	assert.Contains(t, py(`probe("http://denied.test/")`), "denied")
 
 	// One-shot runs: no network without a policy, the policy's with one.
-	run := func(body map[string]any) RunResult {
+	run := func(body map[string]any) api.RunResult {
 		t.Helper()
 		st, b, _ := h.do("POST", "/v1/run", body, "Accept", "application/json")
 		require.Equal(t, 200, st, string(b))
-		var res RunResult
+		var res api.RunResult
 		require.NoError(t, json.Unmarshal(b, &res))
 		require.Nil(t, res.Error, "%+v", res)
 		return res

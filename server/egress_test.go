@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybox-dev/hybox/sdks/go/api"
 	"github.com/hybox-dev/hybox/vault"
 )
 
@@ -21,7 +22,7 @@ func (h *harness) egressCall(id, method, path string, body any, hdr ...string) (
 	h.t.Helper()
 	st, b, _ := h.do("GET", "/v1/sandboxes/"+id+"/endpoints/18080", nil)
 	require.Equal(h.t, http.StatusOK, st, string(b))
-	var ep Endpoint
+	var ep api.Endpoint
 	require.NoError(h.t, json.Unmarshal(b, &ep))
 	host := strings.TrimPrefix(h.ts.URL, "http://")
 	all := []string{"OPEN-SANDBOX-API-KEY", ""}
@@ -86,7 +87,7 @@ func TestEgressPolicyAPI(t *testing.T) {
 	st, b, hdr := h.do("GET", "/v1/sandboxes/"+open.ID+"/endpoints/18080", nil)
 	require.Equal(t, 200, st, string(b))
 	_ = hdr
-	var ep Endpoint
+	var ep api.Endpoint
 	require.NoError(t, json.Unmarshal(b, &ep))
 	require.NotEmpty(t, ep.Headers[headerEgressAuth])
 	assert.NotContains(t, ep.Headers, headerExecdToken, "the egress endpoint does not hand out the execd token")
@@ -98,7 +99,7 @@ func TestEgressPolicyAPI(t *testing.T) {
 	other := h.create(nil)
 	st, b, _ = h.do("GET", "/v1/sandboxes/"+other.ID+"/endpoints/18080", nil)
 	require.Equal(t, 200, st)
-	var otherEp Endpoint
+	var otherEp api.Endpoint
 	require.NoError(t, json.Unmarshal(b, &otherEp))
 	st, _, _ = h.do("GET", path, nil, "OPEN-SANDBOX-API-KEY", "", headerEgressAuth, otherEp.Headers[headerEgressAuth])
 	assert.Equal(t, 401, st, "another sandbox's egress token")

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybox-dev/hybox/execd"
+	"github.com/hybox-dev/hybox/sdks/go/api"
 )
 
 func TestCodeContexts(t *testing.T) {
@@ -82,7 +83,7 @@ func TestCodeBadInput(t *testing.T) {
 		name string
 		body string
 		want int
-		code string
+		code api.ErrorCode
 	}{
 		{name: "malformed", body: `{"code":`, want: 400, code: execd.CodeInvalidRequestBody},
 		{name: "missing code", body: `{"context":{"language":"python"}}`, want: 400, code: execd.CodeInvalidRequestBody},
@@ -177,7 +178,8 @@ func TestCommands(t *testing.T) {
 	o = h.command(sb.ID, "gcc --version")
 	require.NotNil(t, o.err)
 	assert.Equal(t, "127", o.err.EValue)
-	assert.Contains(t, strings.Join(o.stderr, "\n"), "runc")
+	assert.Contains(t, strings.Join(o.stderr, "\n"), "--runtime runc")
+	assert.Contains(t, strings.Join(o.stderr, "\n"), `extensions {"hybox.io/runtime":"runc"}`)
 
 	// Background: status and logs by cursor.
 	st, b := h.execd(sb.ID, "POST", "/command", map[string]any{"command": "echo one; sleep 0.3; echo two", "background": true})
@@ -246,7 +248,7 @@ func (h *harness) logs(id, cmd, cursor string) (string, string) {
 	}
 	st, b, _ := h.do("GET", "/v1/sandboxes/"+id+"/endpoints/44772", nil)
 	require.Equal(h.t, 200, st)
-	var ep Endpoint
+	var ep api.Endpoint
 	require.NoError(h.t, json.Unmarshal(b, &ep))
 	host := strings.TrimPrefix(h.ts.URL, "http://")
 	st, body, hdr := h.do("GET", strings.TrimPrefix(ep.Endpoint, host)+"/command/"+cmd+"/logs"+q, nil)
@@ -287,7 +289,7 @@ func TestFilesThroughProxy(t *testing.T) {
 func TestConcurrentExecutions(t *testing.T) {
 	limiter := execd.NewLimiter(8, 200*time.Millisecond)
 	h := newHarness(t, "", harnessOpts{limiter: limiter})
-	sbs := []Sandbox{h.create(nil), h.create(nil), h.create(nil), h.create(nil)}
+	sbs := []api.Sandbox{h.create(nil), h.create(nil), h.create(nil), h.create(nil)}
 	// Warm one JS and one Python context per sandbox.
 	for _, sb := range sbs {
 		require.Nil(t, h.code(sb.ID, "javascript", "0").err)
@@ -310,7 +312,7 @@ func TestConcurrentExecutions(t *testing.T) {
 			switch {
 			case st == 200 && strings.Contains(string(b), fmt.Sprintf(`"text":"%d"`, i)):
 				ok++
-			case st == 429 && strings.Contains(string(b), execd.CodeOverloaded):
+			case st == 429 && strings.Contains(string(b), string(execd.CodeOverloaded)):
 				overloaded++
 			case st == 409:
 				busy++

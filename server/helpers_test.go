@@ -26,6 +26,7 @@ import (
 	"github.com/hybox-dev/hybox/runtimes"
 	"github.com/hybox-dev/hybox/runtimes/oci"
 	"github.com/hybox-dev/hybox/runtimes/wasm"
+	"github.com/hybox-dev/hybox/sdks/go/api"
 	"github.com/hybox-dev/hybox/vault"
 )
 
@@ -85,14 +86,14 @@ func newHarness(t testing.TB, dataDir string, ho harnessOpts) *harness {
 		sock := ocienv.Containerd(t)
 		ocienv.ImageIn(t, sock, ns)
 		b, err := oci.New(ctx, oci.Options{Address: sock, Namespace: ns,
-			ExecdBinary: ocienv.ExecdBinary(t), RunscBinary: ocienv.RunscWrapper(),
+			ExecdBinary: ocienv.ExecdBinary(t), RunscBinary: ocienv.Runsc().Binary, RunscPlatform: ocienv.GVisor(t).Platform,
 			CNIPluginDir: "/usr/lib/cni", StateDir: filepath.Join(dataDir, "oci")})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = b.Close() })
 		rts = append(rts, b.Runtimes()...)
 		images = b
 	}
-	router, err := runtimes.NewRouter(rts, runtimes.BuiltinImageRules, "wasm")
+	router, err := runtimes.NewRouter(rts, runtimes.BuiltinImageRules, "")
 	require.NoError(t, err)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var eg *egress.Manager
@@ -162,7 +163,7 @@ func (h *harness) do(method, path string, body any, hdr ...string) (int, []byte,
 }
 
 // create makes a sandbox and returns its wire form.
-func (h *harness) create(body map[string]any) Sandbox {
+func (h *harness) create(body map[string]any) api.Sandbox {
 	h.t.Helper()
 	if body == nil {
 		body = map[string]any{}
@@ -172,7 +173,7 @@ func (h *harness) create(body map[string]any) Sandbox {
 	}
 	st, b, _ := h.do("POST", "/v1/sandboxes", body)
 	require.Equal(h.t, http.StatusAccepted, st, string(b))
-	var sb Sandbox
+	var sb api.Sandbox
 	require.NoError(h.t, json.Unmarshal(b, &sb))
 	return sb
 }
@@ -183,7 +184,7 @@ func (h *harness) execd(id, method, path string, body any) (int, []byte) {
 	h.t.Helper()
 	st, b, _ := h.do("GET", "/v1/sandboxes/"+id+"/endpoints/44772", nil)
 	require.Equal(h.t, http.StatusOK, st, string(b))
-	var ep Endpoint
+	var ep api.Endpoint
 	require.NoError(h.t, json.Unmarshal(b, &ep))
 	host := strings.TrimPrefix(h.ts.URL, "http://")
 	require.True(h.t, strings.HasPrefix(ep.Endpoint, host), ep.Endpoint)

@@ -8,6 +8,8 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/hybox-dev/hybox/runtimes"
+	"github.com/hybox-dev/hybox/sdks/go/api"
+	"github.com/hybox-dev/hybox/sdks/go/errdefs"
 )
 
 // maxImageBytes caps an uploaded image archive.
@@ -15,8 +17,8 @@ const maxImageBytes = 32 << 30
 
 func (s *Server) images(c *gin.Context) (runtimes.ImageStore, bool) {
 	if s.opts.Images == nil {
-		s.abortErr(c, &apiError{http.StatusNotImplemented, codeNotSupported,
-			"container sandboxes are not enabled on this server (start hybox serve with --containerd)"})
+		s.abortErr(c, errdefs.New(api.ErrorCodeNOTSUPPORTED,
+			"container sandboxes are not enabled on this server (start hybox serve with --containerd)"))
 		return nil, false
 	}
 	return s.opts.Images, true
@@ -35,7 +37,7 @@ func (s *Server) listImages(c *gin.Context) {
 	if imgs == nil {
 		imgs = []runtimes.Image{}
 	}
-	c.JSON(http.StatusOK, gin.H{"items": imgs})
+	c.JSON(http.StatusOK, api.ImageList{Items: imgs})
 }
 
 // importImage reads an OCI or docker archive from the request body.
@@ -50,7 +52,7 @@ func (s *Server) importImage(c *gin.Context) {
 		s.abortErr(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, gin.H{"items": imgs})
+	c.JSON(http.StatusOK, api.ImageList{Items: imgs})
 }
 
 func (s *Server) pullImage(c *gin.Context) {
@@ -58,10 +60,7 @@ func (s *Server) pullImage(c *gin.Context) {
 	if !ok {
 		return
 	}
-	var req struct {
-		Ref  string     `json:"ref"`
-		Auth *ImageAuth `json:"auth"`
-	}
+	var req api.PullImageRequest
 	if err := decodeBody(c, &req); err != nil {
 		s.abortErr(c, err)
 		return
@@ -71,7 +70,7 @@ func (s *Server) pullImage(c *gin.Context) {
 		return
 	}
 	var auth *runtimes.RegistryAuth
-	if req.Auth != nil {
+	if req.Auth.Username != "" || req.Auth.Password != "" {
 		auth = &runtimes.RegistryAuth{Username: req.Auth.Username, Password: req.Auth.Password}
 	}
 	img, err := st.Pull(c.Request.Context(), req.Ref, auth)
@@ -88,8 +87,7 @@ func (s *Server) removeImage(c *gin.Context) {
 		// DELETE /images (the catch-all route also takes it): that path
 		// is served for GET only.
 		c.Header("Allow", http.MethodGet)
-		c.AbortWithStatusJSON(http.StatusMethodNotAllowed, gin.H{"code": codeMethodNotAllow,
-			"message": "method DELETE is not allowed on " + c.Request.URL.Path + "; name the image: DELETE /images/{name}"})
+		s.abortErr(c, errdefs.New(api.ErrorCodeMETHODNOTALLOWED, "method DELETE is not allowed on %s; name the image: DELETE /images/{name}", c.Request.URL.Path))
 		return
 	}
 	st, ok := s.images(c)
@@ -98,7 +96,7 @@ func (s *Server) removeImage(c *gin.Context) {
 	}
 	if err := st.Remove(c.Request.Context(), name); err != nil {
 		if errors.Is(err, runtimes.ErrNotFound) {
-			err = &apiError{http.StatusNotFound, "IMAGE_NOT_FOUND", err.Error()}
+			err = errdefs.Wrap(api.ErrorCodeIMAGENOTFOUND, err)
 		}
 		s.abortErr(c, err)
 		return

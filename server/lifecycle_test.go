@@ -12,6 +12,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/hybox-dev/hybox/sdks/go/api"
 )
 
 func TestHealthAndRequestID(t *testing.T) {
@@ -31,20 +33,21 @@ func TestHealthAndRequestID(t *testing.T) {
 func TestAuth(t *testing.T) {
 	h := newHarness(t, "", harnessOpts{})
 	tests := []struct {
-		name, key, code string
+		name, key string
+		code      api.ErrorCode
 	}{
-		{name: "missing", key: "", code: codeMissingAPIKey},
-		{name: "wrong", key: "nope", code: codeInvalidAPIKey},
+		{name: "missing", key: "", code: api.ErrorCodeMISSINGAPIKEY},
+		{name: "wrong", key: "nope", code: api.ErrorCodeINVALIDAPIKEY},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, p := range []string{"/sandboxes", "/v1/sandboxes"} {
 				st, b, _ := h.do("GET", p, nil, "OPEN-SANDBOX-API-KEY", tc.key)
 				require.Equal(t, http.StatusUnauthorized, st)
-				var e map[string]string
+				var e api.Error
 				require.NoError(t, json.Unmarshal(b, &e))
-				assert.Equal(t, tc.code, e["code"])
-				assert.NotEmpty(t, e["message"])
+				assert.Equal(t, tc.code, e.Code)
+				assert.NotEmpty(t, e.Message)
 			}
 		})
 	}
@@ -59,42 +62,51 @@ func TestRefusesToStartWithoutKey(t *testing.T) {
 
 func TestCreateValidation(t *testing.T) {
 	h := newHarness(t, "", harnessOpts{})
+	const (
+		invalid     = api.ErrorCodeINVALIDREQUEST
+		unsupported = api.ErrorCodeNOTSUPPORTED
+	)
 	tests := []struct {
 		name string
 		body string
 		want int
+		code api.ErrorCode
 		msg  string
 	}{
-		{name: "malformed json", body: `{"image":`, want: 400, msg: "invalid JSON"},
-		{name: "empty body", body: ``, want: 400, msg: "empty"},
-		{name: "trailing garbage", body: `{"image":{"uri":"wasm://default"}} x`, want: 400, msg: "trailing"},
-		{name: "missing image", body: `{}`, want: 400, msg: "image.uri is required"},
-		{name: "short timeout", body: `{"image":{"uri":"wasm://default"},"timeout":5}`, want: 400, msg: "at least 60"},
-		{name: "reserved metadata", body: `{"image":{"uri":"wasm://default"},"metadata":{"opensandbox.io/x":"1"}}`, want: 400, msg: "reserved"},
-		{name: "bad memory", body: `{"image":{"uri":"wasm://default"},"resourceLimits":{"memory":"lots"}}`, want: 400, msg: "resourceLimits.memory"},
-		{name: "bad cpu", body: `{"image":{"uri":"wasm://default"},"resourceLimits":{"cpu":"-1"}}`, want: 400, msg: "resourceLimits.cpu"},
-		{name: "unknown runtime", body: `{"image":{"uri":"wasm://default"},"extensions":{"hybox.io/runtime":"kata"}}`, want: 400, msg: "kata"},
-		{name: "unknown wasm image", body: `{"image":{"uri":"wasm://ruby"}}`, want: 400, msg: "wasm://default"},
-		{name: "bad platform", body: `{"image":{"uri":"wasm://default"},"platform":{"os":"plan9","arch":"amd64"}}`, want: 400, msg: "platform.os"},
-		{name: "wrong type", body: `{"image":"wasm://default"}`, want: 400, msg: "invalid JSON"},
-		{name: "pvc volume", body: `{"image":{"uri":"wasm://default"},"volumes":[{"name":"v","mountPath":"/data","pvc":{"claimName":"x"}}]}`, want: 400, msg: "pvc"},
-		{name: "relative mount", body: `{"image":{"uri":"wasm://default"},"volumes":[{"name":"v","mountPath":"data","host":{"path":"/tmp"}}]}`, want: 400, msg: "mountPath"},
-		{name: "volume in wasm", body: `{"image":{"uri":"wasm://default"},"volumes":[{"name":"v","mountPath":"/data","host":{"path":"/tmp"}}]}`, want: 400, msg: "runc"},
+		{name: "malformed json", body: `{"image":`, want: 400, code: invalid, msg: "ends early"},
+		{name: "empty body", body: ``, want: 400, code: invalid, msg: "empty"},
+		{name: "trailing garbage", body: `{"image":{"uri":"wasm://default"}} x`, want: 400, code: invalid, msg: "trailing"},
+		{name: "missing image", body: `{}`, want: 400, code: invalid, msg: "image.uri is required"},
+		{name: "short timeout", body: `{"image":{"uri":"wasm://default"},"timeout":5}`, want: 400, code: invalid, msg: "at least 60"},
+		{name: "reserved metadata", body: `{"image":{"uri":"wasm://default"},"metadata":{"opensandbox.io/x":"1"}}`, want: 400, code: invalid, msg: "reserved"},
+		{name: "bad memory", body: `{"image":{"uri":"wasm://default"},"resourceLimits":{"memory":"lots"}}`, want: 400, code: invalid, msg: "resourceLimits.memory"},
+		{name: "bad cpu", body: `{"image":{"uri":"wasm://default"},"resourceLimits":{"cpu":"-1"}}`, want: 400, code: invalid, msg: "resourceLimits.cpu"},
+		{name: "unknown runtime", body: `{"image":{"uri":"wasm://default"},"extensions":{"hybox.io/runtime":"kata"}}`, want: 400, code: invalid, msg: "kata"},
+		{name: "unknown wasm image", body: `{"image":{"uri":"wasm://ruby"}}`, want: 400, code: invalid, msg: "wasm://default"},
+		{name: "bad platform", body: `{"image":{"uri":"wasm://default"},"platform":{"os":"plan9","arch":"amd64"}}`, want: 400, code: invalid, msg: "platform.os"},
+		{name: "wrong type", body: `{"image":"wasm://default"}`, want: 400, code: invalid, msg: "image: want an object, got a string"},
+		{name: "wrong nested type", body: `{"image":{"uri":"wasm://default"},"networkPolicy":{"egress":{}}}`, want: 400, code: invalid, msg: "networkPolicy.egress: want an array"},
+		{name: "bad policy rule", body: `{"image":{"uri":"wasm://default"},"networkPolicy":{"egress":[{"action":"maybe","target":"a.com"}]}}`, want: 400, code: invalid, msg: "egress[0].action"},
+		{name: "vault without policy", body: `{"image":{"uri":"wasm://default"},"credentialProxy":{"enabled":true}}`, want: 400, code: invalid, msg: "needs a networkPolicy"},
+		{name: "snapshot", body: `{"snapshotId":"s1","image":{"uri":"wasm://default"}}`, want: 400, code: unsupported, msg: "snapshots"},
+		{name: "pvc volume", body: `{"image":{"uri":"wasm://default"},"volumes":[{"name":"v","mountPath":"/data","pvc":{"claimName":"x"}}]}`, want: 400, code: unsupported, msg: "pvc"},
+		{name: "relative mount", body: `{"image":{"uri":"wasm://default"},"volumes":[{"name":"v","mountPath":"data","host":{"path":"/tmp"}}]}`, want: 400, code: invalid, msg: "mountPath"},
+		{name: "volume in wasm", body: `{"image":{"uri":"wasm://default"},"volumes":[{"name":"v","mountPath":"/data","host":{"path":"/tmp"}}]}`, want: 400, code: unsupported, msg: "runc"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			st, b, _ := h.do("POST", "/v1/sandboxes", tc.body)
 			require.Equal(t, tc.want, st, string(b))
-			var e map[string]string
+			var e api.Error
 			require.NoError(t, json.Unmarshal(b, &e))
-			assert.Contains(t, e["message"], tc.msg)
-			assert.NotEmpty(t, e["code"])
+			assert.Contains(t, e.Message, tc.msg)
+			assert.Equal(t, tc.code, e.Code, e.Message)
 		})
 	}
 	// Nothing was left behind by the refused requests.
 	st, b, _ := h.do("GET", "/v1/sandboxes", nil)
 	require.Equal(t, 200, st)
-	var l ListSandboxesResponse
+	var l api.ListSandboxesResponse
 	require.NoError(t, json.Unmarshal(b, &l))
 	assert.Empty(t, l.Items)
 }
@@ -104,9 +116,9 @@ func TestLifecycle(t *testing.T) {
 	sb := h.create(map[string]any{"timeout": 600, "metadata": map[string]string{"team": "a", "env": "dev"},
 		"entrypoint": []string{"tail", "-f", "/dev/null"}})
 	require.NotEmpty(t, sb.ID)
-	assert.Equal(t, StateRunning, sb.Status.State)
+	assert.Equal(t, api.SandboxStateRunning, sb.Status.State)
 	assert.Equal(t, []string{"tail", "-f", "/dev/null"}, sb.Entrypoint)
-	require.NotNil(t, sb.ExpiresAt)
+	require.False(t, sb.ExpiresAt.IsZero())
 	assert.InDelta(t, 600, sb.ExpiresAt.Sub(sb.CreatedAt).Seconds(), 1)
 
 	// No-expiry sandbox has no expiresAt key at all.
@@ -119,7 +131,7 @@ func TestLifecycle(t *testing.T) {
 
 	st, b, _ = h.do("GET", "/sandboxes/"+sb.ID, nil)
 	require.Equal(t, 200, st)
-	var got Sandbox
+	var got api.Sandbox
 	require.NoError(t, json.Unmarshal(b, &got))
 	assert.Equal(t, sb.ID, got.ID)
 	assert.Equal(t, "wasm://default", got.Image.URI)
@@ -128,7 +140,7 @@ func TestLifecycle(t *testing.T) {
 	list := func(q string) []string {
 		st, b, _ := h.do("GET", "/v1/sandboxes?"+q, nil)
 		require.Equal(t, 200, st, string(b))
-		var l ListSandboxesResponse
+		var l api.ListSandboxesResponse
 		require.NoError(t, json.Unmarshal(b, &l))
 		var ids []string
 		for _, it := range l.Items {
@@ -144,17 +156,17 @@ func TestLifecycle(t *testing.T) {
 	// Pagination.
 	st, b, _ = h.do("GET", "/v1/sandboxes?page=1&pageSize=1", nil)
 	require.Equal(t, 200, st)
-	var l ListSandboxesResponse
+	var l api.ListSandboxesResponse
 	require.NoError(t, json.Unmarshal(b, &l))
 	assert.Len(t, l.Items, 1)
-	assert.Equal(t, Pagination{Page: 1, PageSize: 1, TotalItems: 2, TotalPages: 2, HasNextPage: true}, l.Pagination)
+	assert.Equal(t, api.Pagination{Page: 1, PageSize: 1, TotalItems: 2, TotalPages: 2, HasNextPage: true}, l.Pagination)
 	st, _, _ = h.do("GET", "/v1/sandboxes?page=0", nil)
 	assert.Equal(t, 400, st)
 
 	// Merge patch: set, change, delete with null.
 	st, b, _ = h.do("PATCH", "/v1/sandboxes/"+sb.ID+"/metadata", `{"env":null,"team":"z","new":"1"}`)
 	require.Equal(t, 200, st, string(b))
-	got = Sandbox{}
+	got = api.Sandbox{}
 	require.NoError(t, json.Unmarshal(b, &got))
 	assert.Equal(t, map[string]string{"team": "z", "new": "1"}, got.Metadata)
 	st, _, _ = h.do("PATCH", "/v1/sandboxes/"+sb.ID+"/metadata", `{"opensandbox.io/a":"1"}`)
@@ -176,7 +188,7 @@ func TestLifecycle(t *testing.T) {
 	for _, port := range []string{"44772", "18080"} {
 		st, b, _ = h.do("GET", "/v1/sandboxes/"+sb.ID+"/endpoints/"+port+"?use_server_proxy=false", nil)
 		require.Equal(t, 200, st, string(b))
-		var ep Endpoint
+		var ep api.Endpoint
 		require.NoError(t, json.Unmarshal(b, &ep))
 		assert.NotContains(t, ep.Endpoint, "://")
 		assert.Contains(t, ep.Endpoint, "/sandboxes/"+sb.ID+"/proxy/"+port)
@@ -210,7 +222,7 @@ func TestLifecycle(t *testing.T) {
 	require.Equal(t, 204, st)
 	st, b, _ = h.do("GET", "/v1/sandboxes/"+sb.ID, nil)
 	require.Equal(t, 404, st)
-	assert.Contains(t, string(b), codeNotFound)
+	assert.Contains(t, string(b), api.ErrorCodeSANDBOXNOTFOUND)
 	assert.NoDirExists(t, dir)
 	st, _, _ = h.do("DELETE", "/v1/sandboxes/"+sb.ID, nil)
 	assert.Equal(t, 404, st)
@@ -222,7 +234,7 @@ func TestProxyAuth(t *testing.T) {
 	b := h.create(nil)
 	st, body, _ := h.do("GET", "/v1/sandboxes/"+b.ID+"/endpoints/44772", nil)
 	require.Equal(t, 200, st)
-	var epB Endpoint
+	var epB api.Endpoint
 	require.NoError(t, json.Unmarshal(body, &epB))
 
 	path := "/v1/sandboxes/" + a.ID + "/proxy/44772/ping"
@@ -246,7 +258,7 @@ func TestProxyAuth(t *testing.T) {
 	exp := time.Now().Add(time.Hour).Unix()
 	st, body, _ = h.do("GET", fmt.Sprintf("/v1/sandboxes/%s/endpoints/44772?expires=%d", a.ID, exp), nil)
 	require.Equal(t, 200, st, string(body))
-	var signed Endpoint
+	var signed api.Endpoint
 	require.NoError(t, json.Unmarshal(body, &signed))
 	require.NotContains(t, signed.Headers, headerExecdToken)
 	tok := signed.Headers["Hybox-Route-Token"]
@@ -276,11 +288,11 @@ func TestPersistenceAcrossRestart(t *testing.T) {
 	h2 := newHarness(t, dataDir, harnessOpts{})
 	st, b, _ := h2.do("GET", "/v1/sandboxes/"+sb.ID, nil)
 	require.Equal(t, 200, st, string(b))
-	var got Sandbox
+	var got api.Sandbox
 	require.NoError(t, json.Unmarshal(b, &got))
 	assert.Equal(t, map[string]string{"k": "v"}, got.Metadata)
-	assert.True(t, got.ExpiresAt.Equal(*sb.ExpiresAt))
-	assert.Equal(t, StateRunning, got.Status.State)
+	assert.True(t, got.ExpiresAt.Equal(sb.ExpiresAt))
+	assert.Equal(t, api.SandboxStateRunning, got.Status.State)
 	assert.Equal(t, []string{"kept"}, h2.command(sb.ID, "cat /workspace/note.txt").stdout)
 }
 
@@ -350,11 +362,43 @@ func TestImagesWithoutContainerBackend(t *testing.T) {
 		{"DELETE", "/v1/images/localhost/x:1", ""},
 	} {
 		st, b, _ := h.do(r.method, r.path, r.body)
-		assert.Equal(t, http.StatusNotImplemented, st, "%s %s", r.method, r.path)
+		assert.Equal(t, http.StatusBadRequest, st, "%s %s", r.method, r.path)
+		assert.Contains(t, string(b), `"code":"NOT_SUPPORTED"`, "%s %s", r.method, r.path)
 		assert.Contains(t, string(b), "--containerd", "%s %s", r.method, r.path)
 	}
-	// A container image without a container backend is a clear 400.
+	// A container image without a container backend is a clear 400,
+	// whether or not the request names a runtime: it never becomes wasm.
 	st, b, _ := h.do("POST", "/v1/sandboxes", `{"image":{"uri":"python:3"},"extensions":{"hybox.io/runtime":"runc"}}`)
 	assert.Equal(t, 400, st)
 	assert.Contains(t, string(b), "runc")
+	st, b, _ = h.do("POST", "/v1/sandboxes", `{"image":{"uri":"python:3.12"}}`)
+	assert.Equal(t, 400, st, string(b))
+	var e struct{ Code, Message string }
+	require.NoError(t, json.Unmarshal(b, &e), string(b))
+	assert.Contains(t, e.Message, "image python:3.12 needs a container runtime; this server has none (start it with --containerd)")
+	assert.NotEmpty(t, e.Code)
+	st, b, _ = h.do("GET", "/v1/sandboxes", "")
+	require.Equal(t, 200, st)
+	assert.NotContains(t, string(b), "python:3", "a refused create leaves no record")
+}
+
+// The API shows the runtime each sandbox runs on, named or chosen.
+func TestRuntimeInSandboxResponse(t *testing.T) {
+	h := newHarness(t, "", harnessOpts{})
+	for _, body := range []map[string]any{
+		{"image": map[string]string{"uri": "wasm://default"}},
+		{"image": map[string]string{"uri": "opensandbox/code-interpreter:v1.0.2"}, "extensions": map[string]string{"other": "x"}},
+	} {
+		sb := h.create(body)
+		assert.Equal(t, "wasm", sb.Extensions["hybox.io/runtime"])
+		st, b, _ := h.do("GET", "/v1/sandboxes/"+sb.ID, nil)
+		require.Equal(t, 200, st)
+		var got api.Sandbox
+		require.NoError(t, json.Unmarshal(b, &got))
+		assert.Equal(t, "wasm", got.Extensions["hybox.io/runtime"])
+		if ext, ok := body["extensions"].(map[string]string); ok {
+			assert.Equal(t, ext["other"], got.Extensions["other"], "the request's extensions are kept")
+		}
+		h.do("DELETE", "/v1/sandboxes/"+sb.ID, nil)
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybox-dev/hybox/internal/ocienv"
+	"github.com/hybox-dev/hybox/sdks/go/api"
 )
 
 // Container sandboxes through the public API: the same calls as for wasm,
@@ -30,7 +31,7 @@ func TestContainerSandboxesThroughAPI(t *testing.T) {
 				"resourceLimits": map[string]string{"memory": "256Mi", "cpu": "1"},
 			})
 			t.Cleanup(func() { h.do("DELETE", "/v1/sandboxes/"+sb.ID, nil) })
-			assert.Equal(t, StateRunning, sb.Status.State)
+			assert.Equal(t, api.SandboxStateRunning, sb.Status.State)
 
 			o := h.command(sb.ID, "echo $GREETING; uname -s; exit 5")
 			assert.Equal(t, []string{"hello", "Linux"}, o.stdout)
@@ -58,6 +59,23 @@ func TestContainerSandboxesThroughAPI(t *testing.T) {
 			st, body = get("/index.txt", "OpenSandbox-Ingress-To", sb.ID+"-8000")
 			assert.Equal(t, 200, st)
 			assert.Equal(t, "served\n", body)
+
+			// A port nothing listens on: 502 with {code, message} naming
+			// the sandbox and the port (and not the address tried).
+			for _, hdr := range [][]string{nil, {"OpenSandbox-Ingress-To", sb.ID + "-8001"}} {
+				path := "/v1/sandboxes/" + sb.ID + "/proxy/8001/"
+				if hdr != nil {
+					path = "/"
+				}
+				st, b, _ := h.do("GET", path, nil, hdr...)
+				require.Equal(t, http.StatusBadGateway, st, string(b))
+				var e struct{ Code, Message string }
+				require.NoError(t, json.Unmarshal(b, &e), "502 body %q", b)
+				assert.Equal(t, "SANDBOX_UNREACHABLE", e.Code)
+				assert.Contains(t, e.Message, "sandbox "+sb.ID)
+				assert.Contains(t, e.Message, "port 8001")
+				assert.NotContains(t, e.Message, "10.231.", "the 502 does not reveal the sandbox's address")
+			}
 
 			// Pause freezes it; resume brings it back with its state.
 			st, _, _ = h.do("POST", "/v1/sandboxes/"+sb.ID+"/pause", nil)

@@ -21,6 +21,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/hybox-dev/hybox/policy/egress"
+	"github.com/hybox-dev/hybox/sdks/go/api"
+	"github.com/hybox-dev/hybox/sdks/go/errdefs"
 )
 
 // docOp is one operation of the OpenAPI document.
@@ -208,10 +212,11 @@ func TestOpenAPIDocument(t *testing.T) {
 					}
 				}
 			}
-			// execd operations live behind the sandbox's endpoint, which
-			// their path items name; lifecycle ones use the document's servers.
+			// execd and egress operations live behind the sandbox's
+			// endpoint, which their path items name; lifecycle ones use the
+			// document's servers.
 			_, hasServers := o.item["servers"]
-			assert.Equal(t, o.tag == "execd", hasServers, "%s: a path item has servers exactly when its operations are tagged execd", o)
+			assert.Equal(t, o.tag == "execd" || o.tag == "egress", hasServers, "%s: a path item has servers exactly when its operations are tagged execd or egress", o)
 		}
 	})
 }
@@ -248,12 +253,28 @@ func TestOpenAPIMatchesLifecycleRoutes(t *testing.T) {
 
 	var documented []string
 	for _, o := range operations(t, doc) {
-		if o.tag != "execd" {
+		if o.tag != "execd" && o.tag != "egress" {
 			documented = append(documented, o.String())
 		}
 	}
 	assert.Empty(t, without(registered, documented), "registered routes missing from openapi.yaml")
 	assert.Empty(t, without(documented, registered), "lifecycle operations in openapi.yaml that no route serves")
+}
+
+// TestOpenAPIMatchesEgressRoutes checks the egress API (port 18080) against
+// the document in both directions.
+func TestOpenAPIMatchesEgressRoutes(t *testing.T) {
+	doc := loadOpenAPI(t)
+	var documented []string
+	for _, o := range operations(t, doc) {
+		if o.tag == "egress" {
+			documented = append(documented, o.String())
+		}
+	}
+	served := egress.Patterns()
+	require.NotEmpty(t, served)
+	assert.Empty(t, without(served, documented), "egress routes missing from openapi.yaml")
+	assert.Empty(t, without(documented, served), "egress operations in openapi.yaml that no route serves")
 }
 
 // without returns the elements of a that are not in b.
@@ -368,7 +389,7 @@ func TestOpenAPIMatchesExecdRoutes(t *testing.T) {
 		sb := h.create(nil)
 		st, b, _ := h.do("GET", "/v1/sandboxes/"+sb.ID+"/endpoints/44772", nil)
 		require.Equal(t, http.StatusOK, st, string(b))
-		var ep Endpoint
+		var ep api.Endpoint
 		require.NoError(t, json.Unmarshal(b, &ep))
 		base := h.ts.URL + strings.TrimPrefix(ep.Endpoint, strings.TrimPrefix(h.ts.URL, "http://"))
 
@@ -418,4 +439,50 @@ func TestOpenAPIServedWithoutKey(t *testing.T) {
 		})
 	}
 	assert.Equal(t, openAPIDocument, OpenAPIDocument())
+}
+
+// errorTableRow matches a row of the ErrorCode table: | `CODE` | 400 | meaning |
+var errorTableRow = regexp.MustCompile("(?m)^\\s*\\| `([A-Z_]+)` \\| (\\d{3}) \\| (.+) \\|\\s*$")
+
+// errorTable reads the code → status rows of a markdown table.
+func errorTable(t *testing.T, text string) map[string]int {
+	t.Helper()
+	rows := map[string]int{}
+	for _, m := range errorTableRow.FindAllStringSubmatch(text, -1) {
+		st, _ := strconv.Atoi(m[2])
+		_, dup := rows[m[1]]
+		assert.False(t, dup, "code %s is listed twice", m[1])
+		rows[m[1]] = st
+	}
+	return rows
+}
+
+// TestErrorCodes: the document's ErrorCode enum, its table of statuses,
+// the table in docs/errors.md and errdefs (the one mapping) agree.
+func TestErrorCodes(t *testing.T) {
+	doc := loadOpenAPI(t)
+	schema, err := resolvePointer(doc, "#/components/schemas/ErrorCode")
+	require.NoError(t, err)
+	sm := schema.(map[string]any)
+	var enum []string
+	for _, v := range sm["enum"].([]any) {
+		enum = append(enum, v.(string))
+	}
+	table := errorTable(t, sm["description"].(string))
+	require.NotEmpty(t, table)
+	var tableCodes, mapped []string
+	for c := range table {
+		tableCodes = append(tableCodes, c)
+	}
+	for _, c := range errdefs.Codes() {
+		mapped = append(mapped, string(c))
+	}
+	assert.ElementsMatch(t, enum, tableCodes, "the ErrorCode enum and its table list the same codes")
+	assert.ElementsMatch(t, enum, mapped, "errdefs maps exactly the document's codes")
+	for c, st := range table {
+		assert.Equal(t, st, errdefs.Status(api.ErrorCode(c)), "status of %s", c)
+	}
+	md, err := os.ReadFile(filepath.Join("..", "docs", "errors.md"))
+	require.NoError(t, err)
+	assert.Equal(t, table, errorTable(t, string(md)), "docs/errors.md lists the document's codes and statuses")
 }

@@ -1,66 +1,29 @@
 package server
 
 import (
-	"errors"
 	"net/http"
 	"strings"
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/hybox-dev/hybox/runtimes"
+	"github.com/hybox-dev/hybox/sdks/go/api"
+	"github.com/hybox-dev/hybox/sdks/go/errdefs"
 )
 
-// Wire error codes of the lifecycle API.
-const (
-	codeMissingAPIKey   = "MISSING_API_KEY"
-	codeInvalidAPIKey   = "INVALID_API_KEY"
-	codeInvalidRequest  = "INVALID_REQUEST"
-	codeNotFound        = "SANDBOX_NOT_FOUND"
-	codeRouteNotFound   = "NOT_FOUND"
-	codeMethodNotAllow  = "METHOD_NOT_ALLOWED"
-	codeNotSupported    = "NOT_SUPPORTED"
-	codeUnavailable     = "UNAVAILABLE"
-	codeInvalidState    = "INVALID_STATE"
-	codeInternal        = "INTERNAL_ERROR"
-	codePayloadTooLarge = "PAYLOAD_TOO_LARGE"
-)
+// badRequest is a 400 INVALID_REQUEST whose message names what is wrong.
+func badRequest(msg string) error { return errdefs.New(api.ErrorCodeINVALIDREQUEST, "%s", msg) }
 
-// apiError carries a status and wire code to the edge.
-type apiError struct {
-	status int
-	code   string
-	msg    string
-}
-
-func (e *apiError) Error() string { return e.msg }
-
-func badRequest(msg string) error { return &apiError{http.StatusBadRequest, codeInvalidRequest, msg} }
-
-var errInvalidState = errors.New("invalid state")
-
-// abortErr writes err as {"code","message"}. This is the one place where
-// lifecycle errors become HTTP statuses; internal errors are logged and
-// answered without their text.
+// abortErr answers with err turned into a status and {code, message} by
+// errdefs.HTTP, the one function that does this for every surface.
+// Internal errors are logged with the request id; their text never reaches
+// the caller.
 func (s *Server) abortErr(c *gin.Context, err error) {
-	var ae *apiError
-	status, code, msg := http.StatusInternalServerError, codeInternal, "internal error"
-	switch {
-	case errors.As(err, &ae):
-		status, code, msg = ae.status, ae.code, ae.msg
-	case errors.Is(err, runtimes.ErrNotFound):
-		status, code, msg = http.StatusNotFound, codeNotFound, err.Error()
-	case errors.Is(err, runtimes.ErrInvalid):
-		status, code, msg = http.StatusBadRequest, codeInvalidRequest, err.Error()
-	case errors.Is(err, runtimes.ErrNotSupported):
-		status, code, msg = http.StatusBadRequest, codeNotSupported, err.Error()
-	case errors.Is(err, errInvalidState):
-		status, code, msg = http.StatusConflict, codeInvalidState, err.Error()
-	case errors.Is(err, runtimes.ErrUnavailable):
-		status, code, msg = http.StatusServiceUnavailable, codeUnavailable, err.Error()
-	default:
-		s.log.Error("request failed", "method", c.Request.Method, "path", c.Request.URL.Path, "requestId", c.GetString("requestId"), "err", err)
+	status, body := errdefs.HTTP(err)
+	if status >= 500 {
+		s.log.Error("request failed", "method", c.Request.Method, "path", c.Request.URL.Path,
+			"requestId", c.GetString("requestId"), "status", status, "err", err)
 	}
-	c.AbortWithStatusJSON(status, gin.H{"code": code, "message": msg})
+	c.AbortWithStatusJSON(status, body)
 }
 
 func (s *Server) routes() *gin.Engine {
@@ -70,15 +33,16 @@ func (s *Server) routes() *gin.Engine {
 	g.ContextWithFallback = true
 	g.Use(gin.Recovery(), requestID())
 	g.NoRoute(func(c *gin.Context) {
-		c.JSON(http.StatusNotFound, gin.H{"code": codeRouteNotFound, "message": "no route " + c.Request.Method + " " + c.Request.URL.Path})
+		s.abortErr(c, errdefs.New(api.ErrorCodeNOTFOUND, "no route %s %s", c.Request.Method, c.Request.URL.Path))
 	})
 	g.NoMethod(func(c *gin.Context) {
-		c.JSON(http.StatusMethodNotAllowed, gin.H{"code": codeMethodNotAllow, "message": "method " + c.Request.Method + " is not allowed on " + c.Request.URL.Path})
+		s.abortErr(c, errdefs.New(api.ErrorCodeMETHODNOTALLOWED, "method %s is not allowed on %s", c.Request.Method, c.Request.URL.Path))
 	})
 	for _, prefix := range []string{"", "/v1"} {
 		r := g.Group(prefix)
 		r.GET("/health", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "healthy"}) })
 		r.GET("/openapi.yaml", serveOpenAPI)
+		r.GET("/openapi.json", s.serveOpenAPIJSON)
 		// The proxy route authenticates itself (API key or the sandbox's token).
 		r.Any("/sandboxes/:id/proxy/:port", s.proxy)
 		r.Any("/sandboxes/:id/proxy/:port/*path", s.proxy)
@@ -125,11 +89,11 @@ func (s *Server) auth(c *gin.Context) {
 	}
 	key := c.GetHeader("OPEN-SANDBOX-API-KEY")
 	if key == "" {
-		c.AbortWithStatusJSON(http.StatusUnauthorized, gin.H{"code": codeMissingAPIKey, "message": "the OPEN-SANDBOX-API-KEY header is required"})
+		s.abortErr(c, errdefs.New(api.ErrorCodeMISSINGAPIKEY, "the OPEN-SANDBOX-API-KEY header is required"))
 		return
 	}
 	if !constantTimeEqual(key, s.opts.APIKey) {
-		c.AbortWithStatusJSON(http.StatusUnauthorized, gin.H{"code": codeInvalidAPIKey, "message": "the API key is not valid"})
+		s.abortErr(c, errdefs.New(api.ErrorCodeINVALIDAPIKEY, "the API key is not valid"))
 		return
 	}
 	c.Next()

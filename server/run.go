@@ -1,15 +1,12 @@
 package server
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
-	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -17,35 +14,21 @@ import (
 	"github.com/hybox-dev/hybox/execd"
 	"github.com/hybox-dev/hybox/policy/egress"
 	"github.com/hybox-dev/hybox/runtimes"
+	"github.com/hybox-dev/hybox/sdks/go/api"
+	"github.com/hybox-dev/hybox/sdks/go/errdefs"
 )
-
-// RunRequest is the body of POST /run: code run once in a throw-away
-// sandbox, without any bookkeeping. Without a networkPolicy the code has no
-// network; with one, its HTTP(S) requests are governed by it, as in a
-// sandbox created with that policy.
-type RunRequest struct {
-	Language      string          `json:"language"`
-	Code          *string         `json:"code"`
-	TimeoutMs     int64           `json:"timeoutMs"`
-	NetworkPolicy json.RawMessage `json:"networkPolicy"`
-}
-
-// RunResult is the JSON answer of POST /run with Accept: application/json.
-type RunResult struct {
-	ID            string              `json:"id"`
-	Stdout        string              `json:"stdout"`
-	Stderr        string              `json:"stderr"`
-	Results       []map[string]string `json:"results"`
-	Error         *execd.ExecError    `json:"error"`
-	ExecutionTime int64               `json:"executionTime"`
-}
 
 // oneShotCleanupDelay defers the teardown of a one-shot sandbox until its
 // response has been written.
 const oneShotCleanupDelay = 20 * time.Millisecond
 
+// runOneShot serves POST /run: code run once in a throw-away sandbox of the
+// configured one-shot runtime and image, without any bookkeeping. Without
+// a networkPolicy the code has no network; with one, its requests are
+// governed by it, as in a sandbox created with that policy. The code runs
+// through the sandbox's CodeRunner: no HTTP request is made to its execd.
 func (s *Server) runOneShot(c *gin.Context) {
-	var req RunRequest
+	var req api.RunRequest
 	if err := decodeBody(c, &req); err != nil {
 		s.abortErr(c, err)
 		return
@@ -62,20 +45,20 @@ func (s *Server) runOneShot(c *gin.Context) {
 		s.abortErr(c, badRequest("timeoutMs must not be negative"))
 		return
 	}
-	pol, err := parseNetworkPolicy(req.NetworkPolicy)
+	pol, err := networkPolicyOf(req.NetworkPolicy)
 	if err != nil {
 		s.abortErr(c, err)
 		return
 	}
 	rt, ok := s.opts.Router.Get(s.opts.OneShotRuntime)
 	if !ok {
-		s.abortErr(c, fmt.Errorf("%w: one-shot runtime %q", runtimes.ErrUnavailable, s.opts.OneShotRuntime))
+		s.abortErr(c, errdefs.New(api.ErrorCodeUNAVAILABLE, "the one-shot runtime %q is not available on this server", s.opts.OneShotRuntime))
 		return
 	}
 	id := newID()
 	dir := filepath.Join(s.opts.DataDir, "tmp", "run-"+id)
-	spec := runtimes.Spec{ID: id, Image: "wasm://default", Dir: dir}
-	var eg *egress.Sandbox
+	spec := runtimes.Spec{ID: id, Image: s.opts.OneShotImage, Dir: dir}
+	var eg *egress.Controller
 	if pol != nil {
 		if eg, err = s.opts.Egress.New(id, egress.Config{Policy: pol}); err != nil {
 			s.abortErr(c, err)
@@ -84,104 +67,84 @@ func (s *Server) runOneShot(c *gin.Context) {
 		spec.Egress = eg
 	}
 	ctx := c.Request.Context()
-	sb, err := rt.Create(ctx, spec)
-	if err != nil {
+	teardown := func(sb runtimes.Sandbox) {
+		cctx := context.WithoutCancel(ctx)
+		if sb != nil {
+			_ = sb.Close(cctx)
+			_ = rt.Destroy(cctx, spec)
+		}
 		if eg != nil {
 			_ = eg.Close()
 		}
 		_ = os.RemoveAll(dir)
+	}
+	sb, err := rt.Create(ctx, spec)
+	if err != nil {
+		teardown(nil)
 		s.abortErr(c, err)
 		return
 	}
 	// Clean up once the response is on its way: tearing an interpreter
 	// down costs a core for some milliseconds, which the client need not
 	// wait for.
-	defer time.AfterFunc(oneShotCleanupDelay, func() {
-		cctx := context.WithoutCancel(ctx)
-		_ = sb.Close(cctx)
-		_ = rt.Destroy(cctx, spec)
-		if eg != nil {
-			_ = eg.Close()
+	defer time.AfterFunc(oneShotCleanupDelay, func() { teardown(sb) })
+	runner, ok := sb.(runtimes.CodeRunner)
+	if !ok {
+		s.abortErr(c, errdefs.New(api.ErrorCodeNOTSUPPORTED, "the one-shot runtime %q cannot run code", s.opts.OneShotRuntime))
+		return
+	}
+	creq := api.CodeRunRequest{Context: api.CodeRunContext{Language: req.Language}, Code: req.Code, TimeoutMs: req.TimeoutMs}
+	if !strings.Contains(c.GetHeader("Accept"), "application/json") {
+		st := execd.NewStream(c.Writer)
+		defer st.Close()
+		if err := runner.RunCode(ctx, creq, st); err != nil {
+			s.abortErr(c, err)
 		}
-		_ = os.RemoveAll(dir)
-	})
-	body, _ := json.Marshal(map[string]any{
-		"context":   map[string]string{"language": req.Language},
-		"code":      *req.Code,
-		"timeoutMs": req.TimeoutMs,
-	})
-	inner, err := http.NewRequestWithContext(ctx, http.MethodPost, "/code", bytes.NewReader(body))
-	if err != nil {
+		return
+	}
+	var col collector
+	if err := runner.RunCode(ctx, creq, &col); err != nil {
 		s.abortErr(c, err)
 		return
 	}
-	inner.Header.Set("Content-Type", "application/json")
-	if !strings.Contains(c.GetHeader("Accept"), "application/json") {
-		sb.Execd().ServeHTTP(c.Writer, inner)
-		return
-	}
-	rec := &bufferWriter{header: http.Header{}}
-	sb.Execd().ServeHTTP(rec, inner)
-	if rec.status != http.StatusOK {
-		c.Data(rec.status, rec.header.Get("Content-Type"), rec.buf.Bytes())
-		return
-	}
-	c.JSON(http.StatusOK, collect(rec.buf.Bytes()))
+	c.JSON(http.StatusOK, col.result())
 }
 
-// collect folds a stream of events into one RunResult.
-func collect(stream []byte) RunResult {
-	var res RunResult
-	res.Results = []map[string]string{}
-	var out, errb strings.Builder
-	sc := bufio.NewScanner(bytes.NewReader(stream))
-	sc.Buffer(make([]byte, 64<<10), 64<<20)
-	for sc.Scan() {
-		line := bytes.TrimSpace(sc.Bytes())
-		line = bytes.TrimPrefix(line, []byte("data:"))
-		if len(line) == 0 {
-			continue
-		}
-		var ev execd.Event
-		if json.Unmarshal(line, &ev) != nil {
-			continue
-		}
-		switch ev.Type {
-		case execd.EventInit:
-			res.ID = ev.Text
-		case execd.EventStdout:
-			out.WriteString(ev.Text)
-		case execd.EventStderr:
-			errb.WriteString(ev.Text)
-		case execd.EventResult:
-			res.Results = append(res.Results, ev.Results)
-		case execd.EventError:
-			res.Error = ev.Error
-		case execd.EventExecutionComplete:
-			res.ExecutionTime = ev.ExecutionTime
-		}
-	}
-	res.Stdout, res.Stderr = out.String(), errb.String()
-	return res
+// collector folds the events of one execution into a RunResult.
+type collector struct {
+	mu       sync.Mutex
+	res      api.RunResult
+	out, err strings.Builder
 }
 
-// bufferWriter is an in-memory http.ResponseWriter.
-type bufferWriter struct {
-	header http.Header
-	status int
-	buf    bytes.Buffer
+// Send implements execd.Sink.
+func (c *collector) Send(ev api.Event) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch ev.Type {
+	case api.EventTypeInit:
+		c.res.ID = ev.Text
+	case api.EventTypeStdout:
+		c.out.WriteString(ev.Text)
+	case api.EventTypeStderr:
+		c.err.WriteString(ev.Text)
+	case api.EventTypeResult:
+		c.res.Results = append(c.res.Results, ev.Results)
+	case api.EventTypeError:
+		c.res.Error = ev.Error
+	case api.EventTypeExecutionComplete:
+		c.res.ExecutionTime = ev.ExecutionTime
+	}
+	return true
 }
 
-func (b *bufferWriter) Header() http.Header { return b.header }
-func (b *bufferWriter) WriteHeader(code int) {
-	if b.status == 0 {
-		b.status = code
+func (c *collector) result() api.RunResult {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := c.res
+	r.Stdout, r.Stderr = c.out.String(), c.err.String()
+	if r.Results == nil {
+		r.Results = []api.MimeBundle{}
 	}
+	return r
 }
-func (b *bufferWriter) Write(p []byte) (int, error) {
-	if b.status == 0 {
-		b.status = http.StatusOK
-	}
-	return b.buf.Write(p)
-}
-func (b *bufferWriter) Flush() {}

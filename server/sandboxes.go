@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"net/url"
@@ -18,7 +17,10 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/hybox-dev/hybox/internal/cleanup"
 	"github.com/hybox-dev/hybox/runtimes"
+	"github.com/hybox-dev/hybox/sdks/go/api"
+	"github.com/hybox-dev/hybox/sdks/go/errdefs"
 )
 
 // maxBodyBytes caps lifecycle request bodies.
@@ -32,14 +34,11 @@ func decodeBody(c *gin.Context, v any) error {
 	dec := json.NewDecoder(body)
 	var raw json.RawMessage
 	if err := dec.Decode(&raw); err != nil {
-		if err == io.EOF {
-			return badRequest("request body is empty")
-		}
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return &apiError{http.StatusRequestEntityTooLarge, codePayloadTooLarge, fmt.Sprintf("request body exceeds %d bytes", mbe.Limit)}
+			return errdefs.New(api.ErrorCodePAYLOADTOOLARGE, "request body exceeds %d bytes", mbe.Limit)
 		}
-		return badRequest("invalid JSON: " + err.Error())
+		return badRequest(errdefs.DescribeJSON(err))
 	}
 	if dec.More() {
 		return badRequest("invalid JSON: trailing data after the object")
@@ -48,7 +47,7 @@ func decodeBody(c *gin.Context, v any) error {
 		return badRequest("the request body must be a JSON object, not null")
 	}
 	if err := json.Unmarshal(raw, v); err != nil {
-		return badRequest("invalid JSON: " + err.Error())
+		return badRequest(errdefs.DescribeJSON(err))
 	}
 	return nil
 }
@@ -69,7 +68,7 @@ func validateMetadata(md map[string]string) error {
 }
 
 func (s *Server) createSandbox(c *gin.Context) {
-	var req CreateSandboxRequest
+	var req api.CreateSandboxRequest
 	if err := decodeBody(c, &req); err != nil {
 		s.abortErr(c, err)
 		return
@@ -80,8 +79,8 @@ func (s *Server) createSandbox(c *gin.Context) {
 		return
 	}
 	spec := s.spec(rec)
-	if req.Image.Auth != nil {
-		spec.ImageAuth = &runtimes.RegistryAuth{Username: req.Image.Auth.Username, Password: req.Image.Auth.Password}
+	if a := req.Image.Auth; a.Username != "" || a.Password != "" {
+		spec.ImageAuth = &runtimes.RegistryAuth{Username: a.Username, Password: a.Password}
 	}
 	rt, err := s.opts.Router.Select(spec)
 	if err != nil {
@@ -91,35 +90,36 @@ func (s *Server) createSandbox(c *gin.Context) {
 	rec.Runtime = rt.Name()
 	unlock := s.lock(rec.ID)
 	defer unlock()
+	// What a failed create made is undone, newest first. The record is
+	// written once the sandbox exists: a crash before that leaves only a
+	// directory (and the sealed vault), which start-up removes.
+	bg := context.WithoutCancel(c.Request.Context())
+	cu := cleanup.Make(func() {
+		_ = os.RemoveAll(s.sandboxDir(rec.ID))
+		_ = s.store.delete(rec.ID)
+	})
+	defer cu.Clean()
 	eg, err := s.newEgress(rec, true)
 	if err != nil {
-		_ = s.store.delete(rec.ID)
 		s.abortErr(c, err)
 		return
 	}
+	cu.Add(func() { _ = eg.Close() })
 	spec.Egress = eg
-	// The record is written once the sandbox exists: a crash before that
-	// leaves only a directory, which start-up removes (removeOrphans).
+	cu.Add(func() { _ = rt.Destroy(bg, s.spec(rec)) })
 	sb, err := rt.Create(c.Request.Context(), spec)
 	if err != nil {
 		s.log.Warn("create sandbox", "id", rec.ID, "runtime", rec.Runtime, "err", err)
-		_ = eg.Close()
-		_ = rt.Destroy(context.WithoutCancel(c.Request.Context()), s.spec(rec))
-		_ = os.RemoveAll(s.sandboxDir(rec.ID))
-		_ = s.store.delete(rec.ID)
 		s.abortErr(c, err)
 		return
 	}
+	cu.Add(func() { _ = sb.Close(bg) })
 	rec.State, rec.LastTransitionAt = StateRunning, time.Now().UTC()
 	if err := s.store.put(rec); err != nil {
-		_ = sb.Close(context.WithoutCancel(c.Request.Context()))
-		_ = eg.Close()
-		_ = rt.Destroy(context.WithoutCancel(c.Request.Context()), s.spec(rec))
-		_ = os.RemoveAll(s.sandboxDir(rec.ID))
-		_ = s.store.delete(rec.ID)
 		s.abortErr(c, err)
 		return
 	}
+	cu.Release()
 	s.mu.Lock()
 	s.egress[rec.ID] = eg
 	s.mu.Unlock()
@@ -127,12 +127,12 @@ func (s *Server) createSandbox(c *gin.Context) {
 	c.JSON(http.StatusAccepted, rec.wire())
 }
 
-func (s *Server) recordFromRequest(req *CreateSandboxRequest) (*Record, error) {
+func (s *Server) recordFromRequest(req *api.CreateSandboxRequest) (*Record, error) {
 	var err error
 	if req.SnapshotID != "" {
-		return nil, &apiError{http.StatusBadRequest, codeNotSupported, "snapshots are not supported yet; create the sandbox from an image"}
+		return nil, errdefs.New(api.ErrorCodeNOTSUPPORTED, "snapshots are not supported yet; create the sandbox from an image")
 	}
-	if req.Image == nil || strings.TrimSpace(req.Image.URI) == "" {
+	if strings.TrimSpace(req.Image.URI) == "" {
 		return nil, badRequest("image.uri is required (for example \"wasm://default\")")
 	}
 	if err := validateMetadata(req.Metadata); err != nil {
@@ -148,25 +148,27 @@ func (s *Server) recordFromRequest(req *CreateSandboxRequest) (*Record, error) {
 			return nil, badRequest(fmt.Sprintf("env name %q is not valid", k))
 		}
 	}
-	if p := req.Platform; p != nil {
-		if p.OS != "" && p.OS != "linux" {
-			return nil, badRequest(fmt.Sprintf("platform.os %q is not supported (linux)", p.OS))
+	var platform *api.Platform
+	if p := req.Platform; p != (api.Platform{}) {
+		if p.Os != "" && p.Os != api.PlatformOsLinux {
+			return nil, badRequest(fmt.Sprintf("platform.os %q is not supported (linux)", p.Os))
 		}
-		if p.Arch != "" && p.Arch != "amd64" && p.Arch != "arm64" {
+		if p.Arch != "" && p.Arch != api.PlatformArchAmd64 && p.Arch != api.PlatformArchArm64 {
 			return nil, badRequest(fmt.Sprintf("platform.arch %q is not supported (amd64, arm64)", p.Arch))
 		}
+		platform = &p
 	}
 	now := time.Now().UTC()
 	rec := &Record{
 		ID: newID(), Image: strings.TrimSpace(req.Image.URI), Entrypoint: req.Entrypoint, Env: req.Env,
 		Metadata: req.Metadata, Extensions: req.Extensions, ResourceLimits: req.ResourceLimits,
-		Platform: req.Platform, CreatedAt: now, Token: newToken(),
+		Platform: platform, CreatedAt: now, Token: newToken(),
 	}
 	for i, v := range req.Volumes {
 		switch {
-		case v.PVC != nil && string(v.PVC) != "null":
-			return nil, &apiError{http.StatusBadRequest, codeNotSupported, fmt.Sprintf("volumes[%d]: pvc volumes are not supported; use a host volume", i)}
-		case v.Host == nil || v.Host.Path == "":
+		case len(v.Pvc) != 0 && string(v.Pvc) != "null":
+			return nil, errdefs.New(api.ErrorCodeNOTSUPPORTED, "volumes[%d]: pvc volumes are not supported; use a host volume", i)
+		case v.Host.Path == "":
 			return nil, badRequest(fmt.Sprintf("volumes[%d]: host.path is required", i))
 		case !strings.HasPrefix(v.MountPath, "/"):
 			return nil, badRequest(fmt.Sprintf("volumes[%d]: mountPath must be an absolute path", i))
@@ -185,12 +187,10 @@ func (s *Server) recordFromRequest(req *CreateSandboxRequest) (*Record, error) {
 		exp := now.Add(time.Duration(t * float64(time.Second)))
 		rec.ExpiresAt = &exp
 	}
-	if rec.NetworkPolicy, err = parseNetworkPolicy(req.NetworkPolicy); err != nil {
+	if rec.NetworkPolicy, err = networkPolicyOf(req.NetworkPolicy); err != nil {
 		return nil, err
 	}
-	if rec.CredentialProxy, err = parseCredentialProxy(req.CredentialProxy); err != nil {
-		return nil, err
-	}
+	rec.CredentialProxy = req.CredentialProxy != nil && req.CredentialProxy.Enabled
 	if rec.CredentialProxy && rec.NetworkPolicy == nil {
 		return nil, badRequest("credentialProxy needs a networkPolicy: binding hosts must be allowed by one")
 	}
@@ -288,7 +288,7 @@ func (s *Server) listSandboxes(c *gin.Context) {
 		s.abortErr(c, err)
 		return
 	}
-	var items []Sandbox
+	var items []api.Sandbox
 	for _, r := range recs {
 		if len(states) > 0 && !states[r.State] {
 			continue
@@ -322,9 +322,9 @@ func (s *Server) listSandboxes(c *gin.Context) {
 	}
 	out := items[lo:hi]
 	if out == nil {
-		out = []Sandbox{}
+		out = []api.Sandbox{}
 	}
-	c.JSON(http.StatusOK, ListSandboxesResponse{Items: out, Pagination: Pagination{
+	c.JSON(http.StatusOK, api.ListSandboxesResponse{Items: out, Pagination: api.Pagination{
 		Page: page, PageSize: size, TotalItems: total, TotalPages: pages, HasNextPage: page < pages,
 	}})
 }
@@ -413,12 +413,12 @@ func (s *Server) transition(c *gin.Context, pause bool) {
 		from, mid, to = StatePaused, StateResuming, StateRunning
 	}
 	if r.State != from {
-		s.abortErr(c, fmt.Errorf("%w: sandbox %s is %s; it must be %s", errInvalidState, r.ID, r.State, from))
+		s.abortErr(c, errdefs.New(api.ErrorCodeINVALIDSTATE, "sandbox %s is %s; it must be %s", r.ID, r.State, from))
 		return
 	}
 	sb, ok := s.liveSandbox(r.ID)
 	if !ok {
-		s.abortErr(c, fmt.Errorf("%w: sandbox %s is not attached", runtimes.ErrUnavailable, r.ID))
+		s.abortErr(c, errdefs.New(api.ErrorCodeUNAVAILABLE, "sandbox %s is not attached", r.ID))
 		return
 	}
 	s.setState(r, mid, "", "")
@@ -444,14 +444,12 @@ func (s *Server) renewSandbox(c *gin.Context) {
 	if !ok {
 		return
 	}
-	var req struct {
-		ExpiresAt *time.Time `json:"expiresAt"`
-	}
+	var req api.RenewExpirationRequest
 	if err := decodeBody(c, &req); err != nil {
 		s.abortErr(c, err)
 		return
 	}
-	if req.ExpiresAt == nil {
+	if req.ExpiresAt.IsZero() {
 		s.abortErr(c, badRequest("expiresAt is required (RFC 3339)"))
 		return
 	}
@@ -469,7 +467,7 @@ func (s *Server) renewSandbox(c *gin.Context) {
 		s.abortErr(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, gin.H{"expiresAt": exp})
+	c.JSON(http.StatusOK, api.RenewExpirationResponse{ExpiresAt: exp})
 }
 
 // execdPort is the sandbox port of the execd API.
@@ -512,7 +510,7 @@ func (s *Server) getEndpoint(c *gin.Context) {
 		// sandbox's long-lived one.
 		headers = signed
 	}
-	c.JSON(http.StatusOK, Endpoint{
+	c.JSON(http.StatusOK, api.Endpoint{
 		Endpoint: fmt.Sprintf("%s%s/sandboxes/%s/proxy/%d", host, prefix, r.ID, port),
 		Headers:  headers,
 	})

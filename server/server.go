@@ -23,6 +23,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/hybox-dev/hybox/ingress"
+	"github.com/hybox-dev/hybox/internal/cleanup"
 	"github.com/hybox-dev/hybox/policy/egress"
 	"github.com/hybox-dev/hybox/runtimes"
 	"github.com/hybox-dev/hybox/vault"
@@ -52,6 +53,9 @@ type Options struct {
 	Images runtimes.ImageStore
 	// OneShotRuntime is the runtime name used for POST /run (default "wasm").
 	OneShotRuntime string
+	// OneShotImage is the image of POST /run's sandboxes (default
+	// "wasm://default").
+	OneShotImage string
 	// Egress builds each sandbox's egress controller; nil = one with the
 	// host's resolvers and trust store.
 	Egress *egress.Manager
@@ -85,6 +89,9 @@ func (o *Options) Validate() error {
 	if o.MaxTimeout <= 0 {
 		o.MaxTimeout = 7 * 24 * time.Hour
 	}
+	if o.OneShotImage == "" {
+		o.OneShotImage = "wasm://default"
+	}
 	if o.OneShotRuntime == "" {
 		o.OneShotRuntime = "wasm"
 	}
@@ -113,7 +120,7 @@ type Server struct {
 	mu   sync.Mutex
 	live map[string]runtimes.Sandbox
 	// egress holds the egress controller of every live sandbox.
-	egress map[string]*egress.Sandbox
+	egress map[string]*egress.Controller
 	// locks serialises lifecycle operations per sandbox.
 	locks sync.Map // id → *sync.Mutex
 
@@ -139,26 +146,25 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	cu := cleanup.Make(func() { _ = st.close() })
+	defer cu.Clean()
 	s := &Server{opts: opts, store: st, log: opts.Logger, live: map[string]runtimes.Sandbox{},
-		egress: map[string]*egress.Sandbox{}}
+		egress: map[string]*egress.Controller{}}
 	key, err := loadRouteKey(opts.DataDir)
 	if err != nil {
-		_ = st.close()
 		return nil, err
 	}
 	if s.signer, err = ingress.NewSigner(key); err != nil {
-		_ = st.close()
 		return nil, err
 	}
 	s.gin = s.routes()
 	if s.h, err = s.withIngress(s.gin); err != nil {
-		_ = st.close()
 		return nil, err
 	}
 	if err := s.recover(ctx); err != nil {
-		_ = st.close()
 		return nil, err
 	}
+	cu.Release()
 	rctx, cancel := context.WithCancel(context.Background())
 	s.stopReaper = cancel
 	s.reaperDone = make(chan struct{})
@@ -191,7 +197,7 @@ func (s *Server) Close(ctx context.Context) error {
 	<-s.reaperDone
 	s.mu.Lock()
 	live, eg := s.live, s.egress
-	s.live, s.egress = map[string]runtimes.Sandbox{}, map[string]*egress.Sandbox{}
+	s.live, s.egress = map[string]runtimes.Sandbox{}, map[string]*egress.Controller{}
 	s.mu.Unlock()
 	for _, sb := range live {
 		_ = sb.Close(ctx)

@@ -7,13 +7,15 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/hybox-dev/hybox/sdks/go/api"
 )
 
 // Busy loops in more sandboxes than there are cores must not stall the
 // server or the other sandboxes.
 func TestBusyLoopsDoNotStallServer(t *testing.T) {
 	h := newHarness(t, "", harnessOpts{execTimeout: 4 * time.Second})
-	busy := []Sandbox{h.create(nil), h.create(nil), h.create(nil)}
+	busy := []api.Sandbox{h.create(nil), h.create(nil), h.create(nil)}
 	calm := h.create(nil)
 	require.Nil(t, h.code(calm.ID, "javascript", "0").err)
 	var (

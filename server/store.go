@@ -10,6 +10,8 @@ import (
 
 	"github.com/hybox-dev/hybox/policy"
 	"github.com/hybox-dev/hybox/runtimes"
+	"github.com/hybox-dev/hybox/sdks/go/api"
+	"github.com/hybox-dev/hybox/sdks/go/errdefs"
 )
 
 // Record is the persisted state of one sandbox.
@@ -24,7 +26,7 @@ type Record struct {
 	ResourceLimits   map[string]string `json:"resourceLimits,omitempty"`
 	MemoryBytes      int64             `json:"memoryBytes,omitempty"`
 	CPUMillis        int64             `json:"cpuMillis,omitempty"`
-	Platform         *Platform         `json:"platform,omitempty"`
+	Platform         *api.Platform     `json:"platform,omitempty"`
 	Volumes          []runtimes.Volume `json:"volumes,omitempty"`
 	State            string            `json:"state"`
 	Reason           string            `json:"reason,omitempty"`
@@ -38,12 +40,6 @@ type Record struct {
 	NetworkPolicy *policy.Policy `json:"networkPolicy,omitempty"`
 	// CredentialProxy says the sandbox has a credential vault.
 	CredentialProxy bool `json:"credentialProxy,omitempty"`
-}
-
-// Platform is {"os","arch"}.
-type Platform struct {
-	OS   string `json:"os,omitempty"`
-	Arch string `json:"arch,omitempty"`
 }
 
 var (
@@ -93,7 +89,7 @@ func (s *store) get(id string) (*Record, error) {
 	err := s.db.View(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketSandboxes).Get([]byte(id))
 		if b == nil {
-			return fmt.Errorf("%w: sandbox %s", runtimes.ErrNotFound, id)
+			return errdefs.New(api.ErrorCodeSANDBOXNOTFOUND, "sandbox %s not found", id)
 		}
 		r = &Record{}
 		return json.Unmarshal(b, r)

@@ -49,7 +49,7 @@ func TestInjectAuthTypes(t *testing.T) {
 			map[string]string{"Authorization": "Basic Ym9iOmh1bnRlcjI="}, []string{"Ym9iOmh1bnRlcjI=", "bob:hunter2"}},
 		{"apiKey", Auth{Type: AuthAPIKey, Name: "x-api-key", Credential: "tok"},
 			map[string]string{"X-Api-Key": "t0k-value", "Authorization": "Bearer client-sent"}, []string{"t0k-value"}},
-		{"customHeaders", Auth{Type: AuthCustomHeaders, Headers: []HeaderEntry{{"X-One", "tok"}, {"Authorization", "k2"}}},
+		{"customHeaders", Auth{Type: AuthCustomHeaders, Headers: []HeaderEntry{{Name: "X-One", Credential: "tok"}, {Name: "Authorization", Credential: "k2"}}},
 			map[string]string{"X-One": "t0k-value", "Authorization": "second-value"}, []string{"second-value", "t0k-value"}},
 		{"passthrough", Auth{Type: AuthPassthrough},
 			map[string]string{"Authorization": "Bearer client-sent"}, nil},

@@ -76,75 +76,75 @@ package vault
 // value is sent as given (the SDK form).
 
 import (
-	"encoding/json"
-	"fmt"
-	"log/slog"
+	"github.com/hybox-dev/hybox/sdks/go/api"
+)
+
+// The wire types are generated from the protocol document (sdks/go/api);
+// the vault names them for what they are here.
+type (
+	// Secret is a credential value: it prints, logs and marshals as
+	// "[REDACTED]"; Reveal returns the value.
+	Secret = api.Secret
+	// Source is where a credential's value comes from. Type is "inline"
+	// (an empty Type means inline).
+	Source = api.VaultCredentialSource
+	// Credential is a named secret value as a client sends it.
+	Credential = api.VaultCredential
+	// Match selects the requests a binding applies to. Empty Schemes means
+	// ["https"], empty Methods means GET, POST, PUT, PATCH and DELETE, empty
+	// Paths means ["/*"] (the SDK defaults); Ports add ports to the scheme's
+	// own.
+	Match = api.VaultMatch
+	// AuthType names how a binding authenticates a request.
+	AuthType = api.VaultAuthType
+	// HeaderEntry is one header of a customHeaders auth: the header Name
+	// gets the value of the named Credential.
+	HeaderEntry = api.VaultHeaderEntry
+	// Substitution replaces the literal Placeholder with the value of the
+	// named Credential in the listed request surfaces (In).
+	Substitution = api.VaultSubstitution
+	// Auth is a binding's auth rule. Which fields apply depends on Type:
+	// bearer and basic use Credential; apiKey uses Name (the header) and
+	// Credential; customHeaders uses Headers; passthrough uses none. Every
+	// type may carry Substitutions. Credential fields name credentials; they
+	// never hold values.
+	Auth = api.VaultAuth
+	// Binding ties requests (Match) to an auth rule.
+	Binding = api.VaultBinding
+	// CreateRequest is the body of POST /credential-vault.
+	CreateRequest = api.VaultCreateRequest
+	// CredentialMutations edits credentials in a patch.
+	CredentialMutations = api.VaultCredentialMutations
+	// BindingMutations edits bindings in a patch.
+	BindingMutations = api.VaultBindingMutations
+	// PatchRequest is the body of PATCH /credential-vault. A non-nil
+	// ExpectedRevision must equal the current revision.
+	PatchRequest = api.VaultPatchRequest
+	// CredentialInfo is the sanitized metadata of a credential.
+	CredentialInfo = api.VaultCredentialInfo
+	// AuthInfo is the sanitized auth of a binding: its type and, for
+	// apiKey, the header name.
+	AuthInfo = api.VaultAuthInfo
+	// BindingInfo is the sanitized metadata of a binding. Match is
+	// normalized (defaults filled in, hosts lower-case, methods upper-case).
+	BindingInfo = api.VaultBindingInfo
+	// State is the sanitized view of a vault that the egress API returns.
+	// Credentials and Bindings are never nil, so they marshal as arrays.
+	State = api.VaultState
+	// CredentialList is the body of GET /credential-vault/credentials.
+	CredentialList = api.VaultCredentialList
+	// BindingList is the body of GET /credential-vault/bindings.
+	BindingList = api.VaultBindingList
 )
 
 // redacted replaces secret material wherever the package prints it.
 const redacted = "[REDACTED]"
 
-// Secret is a credential value. It formats (fmt, any verb, even through
-// fmt's error paths, which skip Format methods: the value sits behind a
-// pointer, so they print an address), logs (slog) and marshals to JSON as
-// "[REDACTED]"; it unmarshals from a JSON string, so a request body decodes
-// into it. Reveal returns the value itself. The zero Secret is empty.
-type Secret struct{ p *string }
-
 // NewSecret wraps a value.
-func NewSecret(value string) Secret { return Secret{p: &value} }
-
-// Reveal returns the secret value. Call it only to put the value on the wire.
-func (s Secret) Reveal() string {
-	if s.p == nil {
-		return ""
-	}
-	return *s.p
-}
-
-// String returns "[REDACTED]".
-func (Secret) String() string { return redacted }
-
-// GoString returns "[REDACTED]".
-func (Secret) GoString() string { return redacted }
-
-// Format writes "[REDACTED]" for every verb.
-func (Secret) Format(f fmt.State, _ rune) { _, _ = f.Write([]byte(redacted)) }
-
-// LogValue implements slog.LogValuer.
-func (Secret) LogValue() slog.Value { return slog.StringValue(redacted) }
-
-// MarshalJSON writes "[REDACTED]": values are write-only.
-func (Secret) MarshalJSON() ([]byte, error) { return []byte(`"` + redacted + `"`), nil }
-
-// MarshalText writes "[REDACTED]".
-func (Secret) MarshalText() ([]byte, error) { return []byte(redacted), nil }
-
-// UnmarshalJSON reads a JSON string.
-func (s *Secret) UnmarshalJSON(data []byte) error {
-	var v string
-	if err := json.Unmarshal(data, &v); err != nil {
-		return fmt.Errorf("credential value must be a string: %w", ErrInvalid)
-	}
-	*s = NewSecret(v)
-	return nil
-}
+func NewSecret(value string) Secret { return api.NewSecret(value) }
 
 // SourceInline is the only credential source type.
 const SourceInline = "inline"
-
-// Source is where a credential's value comes from. Type is "inline" (an
-// empty Type means inline).
-type Source struct {
-	Type  string `json:"type,omitempty"`
-	Value Secret `json:"value"`
-}
-
-// Credential is a named secret value as a client sends it.
-type Credential struct {
-	Name   string `json:"name"`
-	Source Source `json:"source"`
-}
 
 // Schemes a binding can match.
 const (
@@ -152,35 +152,14 @@ const (
 	SchemeHTTPS = "https"
 )
 
-// Match selects the requests a binding applies to. Empty Schemes means
-// ["https"], empty Methods means GET, POST, PUT, PATCH and DELETE, empty
-// Paths means ["/*"] (the SDK defaults); Ports add ports to the scheme's own.
-type Match struct {
-	Schemes []string `json:"schemes,omitempty"`
-	Ports   []int    `json:"ports,omitempty"`
-	Hosts   []string `json:"hosts"`
-	Methods []string `json:"methods,omitempty"`
-	Paths   []string `json:"paths,omitempty"`
-}
-
-// AuthType names how a binding authenticates a request.
-type AuthType string
-
 // The auth types of the protocol.
 const (
-	AuthBearer        AuthType = "bearer"
-	AuthBasic         AuthType = "basic"
-	AuthAPIKey        AuthType = "apiKey"
-	AuthCustomHeaders AuthType = "customHeaders"
-	AuthPassthrough   AuthType = "passthrough"
+	AuthBearer        = api.VaultAuthTypeBearer
+	AuthBasic         = api.VaultAuthTypeBasic
+	AuthAPIKey        = api.VaultAuthTypeAPIKey
+	AuthCustomHeaders = api.VaultAuthTypeCustomHeaders
+	AuthPassthrough   = api.VaultAuthTypePassthrough
 )
-
-// HeaderEntry is one header of a customHeaders auth: the header Name gets
-// the value of the named Credential.
-type HeaderEntry struct {
-	Name       string `json:"name"`
-	Credential string `json:"credential"`
-}
 
 // Substitution surfaces.
 const (
@@ -190,111 +169,12 @@ const (
 	InBody   = "body"
 )
 
-// Substitution replaces the literal Placeholder with the value of the named
-// Credential in the listed request surfaces (In).
-type Substitution struct {
-	Credential  string   `json:"credential"`
-	Placeholder string   `json:"placeholder"`
-	In          []string `json:"in"`
-}
-
-// Auth is a binding's auth rule. Which fields apply depends on Type:
-// bearer and basic use Credential; apiKey uses Name (the header) and
-// Credential; customHeaders uses Headers; passthrough uses none. Every type
-// may carry Substitutions. Credential fields name credentials; they never
-// hold values.
-type Auth struct {
-	Type          AuthType       `json:"type"`
-	Name          string         `json:"name,omitempty"`
-	Credential    string         `json:"credential,omitempty"`
-	Headers       []HeaderEntry  `json:"headers,omitempty"`
-	Substitutions []Substitution `json:"substitutions,omitempty"`
-}
-
-// Binding ties requests (Match) to an auth rule.
-type Binding struct {
-	Name  string `json:"name"`
-	Match Match  `json:"match"`
-	Auth  Auth   `json:"auth"`
-}
-
-// CreateRequest is the body of POST /credential-vault.
-type CreateRequest struct {
-	Credentials []Credential `json:"credentials"`
-	Bindings    []Binding    `json:"bindings"`
-}
-
-// CredentialMutations edits credentials in a patch.
-type CredentialMutations struct {
-	Add     []Credential `json:"add,omitempty"`
-	Replace []Credential `json:"replace,omitempty"`
-	Delete  []string     `json:"delete,omitempty"`
-}
-
-// BindingMutations edits bindings in a patch.
-type BindingMutations struct {
-	Add     []Binding `json:"add,omitempty"`
-	Replace []Binding `json:"replace,omitempty"`
-	Delete  []string  `json:"delete,omitempty"`
-}
-
-// PatchRequest is the body of PATCH /credential-vault. A non-nil
-// ExpectedRevision must equal the current revision.
-type PatchRequest struct {
-	ExpectedRevision *int64               `json:"expectedRevision,omitempty"`
-	Credentials      *CredentialMutations `json:"credentials,omitempty"`
-	Bindings         *BindingMutations    `json:"bindings,omitempty"`
-}
-
-// CredentialInfo is the sanitized metadata of a credential.
-type CredentialInfo struct {
-	Name       string `json:"name"`
-	SourceType string `json:"sourceType"`
-	Revision   int64  `json:"revision"`
-}
-
-// AuthInfo is the sanitized auth of a binding: its type and, for apiKey,
-// the header name.
-type AuthInfo struct {
-	Type string `json:"type"`
-	Name string `json:"name,omitempty"`
-}
-
-// BindingInfo is the sanitized metadata of a binding. Match is normalized
-// (defaults filled in, hosts lower-case, methods upper-case).
-type BindingInfo struct {
-	Name     string    `json:"name"`
-	Revision int64     `json:"revision"`
-	Match    *Match    `json:"match,omitempty"`
-	Auth     *AuthInfo `json:"auth,omitempty"`
-}
-
-// State is the sanitized view of a vault that the egress API returns.
-// Credentials and Bindings are never nil, so they marshal as arrays.
-type State struct {
-	Revision    int64            `json:"revision"`
-	Credentials []CredentialInfo `json:"credentials"`
-	Bindings    []BindingInfo    `json:"bindings"`
-}
-
-// CredentialList is the body of GET /credential-vault/credentials.
-type CredentialList struct {
-	Revision    int64            `json:"revision"`
-	Credentials []CredentialInfo `json:"credentials"`
-}
-
-// BindingList is the body of GET /credential-vault/bindings.
-type BindingList struct {
-	Revision int64         `json:"revision"`
-	Bindings []BindingInfo `json:"bindings"`
-}
-
-// CredentialList returns the credential list response of this state.
-func (s State) CredentialList() CredentialList {
+// credentialList returns the credential list response of state s.
+func credentialList(s State) CredentialList {
 	return CredentialList{Revision: s.Revision, Credentials: s.Credentials}
 }
 
-// BindingList returns the binding list response of this state.
-func (s State) BindingList() BindingList {
+// bindingList returns the binding list response of state s.
+func bindingList(s State) BindingList {
 	return BindingList{Revision: s.Revision, Bindings: s.Bindings}
 }

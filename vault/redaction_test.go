@@ -45,7 +45,7 @@ func TestNothingPrintsASecret(t *testing.T) {
 		"Secret": NewSecret(secret), "*Secret": new(NewSecret(secret)), "Source": c.Source, "Credential": c,
 		"[]Credential": []Credential{c}, "CreateRequest": create, "*CreateRequest": &create,
 		"PatchRequest": patch, "CredentialMutations": *patch.Credentials, "State": st,
-		"CredentialList": st.CredentialList(), "BindingList": st.BindingList(), "CredentialInfo": ci,
+		"CredentialList": credentialList(st), "BindingList": bindingList(st), "CredentialInfo": ci,
 		"Binding": b, "*Binding": matched, "Vault": v, "Injection": in, "*Injection": &in,
 		"Key": key, "*Key": &key, "map": map[string]any{"c": c, "in": in},
 	}

@@ -26,7 +26,7 @@ func TestSealRoundTrip(t *testing.T) {
 	req := basicReq()
 	req.Bindings = append(req.Bindings, Binding{Name: "subst",
 		Match: Match{Hosts: []string{"*.example.com"}, Ports: []int{8443}, Methods: []string{"GET"}, Paths: []string{"/v1/*"}},
-		Auth:  Auth{Type: AuthCustomHeaders, Headers: []HeaderEntry{{"X-A", "other"}}, Substitutions: []Substitution{{Credential: "gh", Placeholder: "P", In: []string{"header"}}}}})
+		Auth:  Auth{Type: AuthCustomHeaders, Headers: []HeaderEntry{{Name: "X-A", Credential: "other"}}, Substitutions: []Substitution{{Credential: "gh", Placeholder: "P", In: []string{"header"}}}}})
 	_, err := v.Create(req, allowAll)
 	require.NoError(t, err)
 	_, err = v.Patch(PatchRequest{Credentials: &CredentialMutations{Replace: []Credential{cred("other", "rotated-value")}}}, allowAll)

@@ -2,23 +2,27 @@ package vault
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/hybox-dev/hybox/sdks/go/api"
+	"github.com/hybox-dev/hybox/sdks/go/errdefs"
 )
 
 // Sentinel errors. Every error the package returns matches (errors.Is) one
 // of them, so the HTTP layer maps them to statuses in one place.
 var (
 	// ErrNotFound: no vault was created, or no credential/binding has that name.
-	ErrNotFound = errors.New("credential vault: not found")
+	ErrNotFound = fmt.Errorf("credential vault: %w", errdefs.ErrNotFound)
 	// ErrRevisionConflict: a patch's expectedRevision is not the current revision.
-	ErrRevisionConflict = errors.New("credential vault: revision conflict")
+	ErrRevisionConflict = errdefs.New(api.ErrorCodeREVISIONCONFLICT, "credential vault: revision conflict")
 	// ErrAmbiguous: two or more bindings match a request equally well.
 	ErrAmbiguous = errors.New("credential vault: ambiguous binding match")
 	// ErrInvalid: a request, a sealed blob or a key is malformed.
-	ErrInvalid = errors.New("invalid credential vault request")
+	ErrInvalid = fmt.Errorf("invalid credential vault request: %w", errdefs.ErrInvalid)
 	// ErrNoKey: no key was configured for sealing the vault.
 	ErrNoKey = errors.New("the credential vault needs a key: set a key file or a key in the environment " +
 		"(32 bytes written as 64 hex characters or base64)")
@@ -63,8 +67,10 @@ func (e *InvalidError) Error() string {
 	return b.String()
 }
 
-// Is reports whether target is ErrInvalid.
-func (e *InvalidError) Is(target error) bool { return target == ErrInvalid }
+// Is reports whether target is ErrInvalid (or the kind it belongs to).
+func (e *InvalidError) Is(target error) bool {
+	return target == ErrInvalid || target == errdefs.ErrInvalid
+}
 
 // Unwrap returns the cause, if any.
 func (e *InvalidError) Unwrap() error { return e.Err }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/hybox-dev/hybox/sdks/go/api"
 )
 
 func allowAll(string) error { return nil }
@@ -83,8 +85,8 @@ func TestCreateValidation(t *testing.T) {
 		{"apiKey bad header", withAuth(Auth{Type: AuthAPIKey, Name: "X Key", Credential: "gh"}), allowAll, `bindings[0].auth.name "X Key": not a valid header name`},
 		{"apiKey reserved header", withAuth(Auth{Type: AuthAPIKey, Name: "Host", Credential: "gh"}), allowAll, `bindings[0].auth.name "Host": this header cannot be set`},
 		{"customHeaders empty", withAuth(Auth{Type: AuthCustomHeaders}), allowAll, "bindings[0].auth.headers: must list at least one header"},
-		{"customHeaders duplicate", withAuth(Auth{Type: AuthCustomHeaders, Headers: []HeaderEntry{{"X-A", "gh"}, {"x-a", "other"}}}), allowAll, `bindings[0].auth.headers[1].name "x-a": header listed twice`},
-		{"customHeaders unknown credential", withAuth(Auth{Type: AuthCustomHeaders, Headers: []HeaderEntry{{"X-A", "gh"}, {"X-B", "zz"}}}), allowAll, `bindings[0].auth.headers[1].credential "zz": no such credential`},
+		{"customHeaders duplicate", withAuth(Auth{Type: AuthCustomHeaders, Headers: []HeaderEntry{{Name: "X-A", Credential: "gh"}, {Name: "x-a", Credential: "other"}}}), allowAll, `bindings[0].auth.headers[1].name "x-a": header listed twice`},
+		{"customHeaders unknown credential", withAuth(Auth{Type: AuthCustomHeaders, Headers: []HeaderEntry{{Name: "X-A", Credential: "gh"}, {Name: "X-B", Credential: "zz"}}}), allowAll, `bindings[0].auth.headers[1].credential "zz": no such credential`},
 		{"substitution bad surface", withAuth(Auth{Type: AuthPassthrough, Substitutions: []Substitution{{Credential: "gh", Placeholder: "P", In: []string{"cookie"}}}}), allowAll, `bindings[0].auth.substitutions[0].in[0] "cookie"`},
 		{"substitution unknown credential", withAuth(Auth{Type: AuthPassthrough, Substitutions: []Substitution{{Credential: "zz", Placeholder: "P", In: []string{"header"}}}}), allowAll, `bindings[0].auth.substitutions[0].credential "zz": no such credential`},
 	}
@@ -174,7 +176,7 @@ func TestRevisions(t *testing.T) {
 	st, err = v.Patch(PatchRequest{Credentials: &CredentialMutations{Replace: []Credential{cred("gh", "new")}}}, allowAll)
 	require.NoError(t, err)
 	assert.Equal(t, int64(2), st.Revision)
-	assert.Equal(t, []CredentialInfo{{"gh", "inline", 2}, {"other", "inline", 1}}, st.Credentials)
+	assert.Equal(t, []CredentialInfo{{Name: "gh", SourceType: "inline", Revision: 2}, {Name: "other", SourceType: "inline", Revision: 1}}, st.Credentials)
 	assert.Equal(t, int64(1), st.Bindings[0].Revision)
 
 	// An empty patch still counts.
@@ -197,7 +199,7 @@ func TestRevisions(t *testing.T) {
 
 	ci, err := v.Credential("gh")
 	require.NoError(t, err)
-	assert.Equal(t, CredentialInfo{"gh", "inline", 2}, ci)
+	assert.Equal(t, CredentialInfo{Name: "gh", SourceType: "inline", Revision: 2}, ci)
 	_, err = v.Credential("nope")
 	assert.ErrorIs(t, err, ErrNotFound)
 	bi, err := v.Binding("more")
@@ -294,7 +296,7 @@ func TestPatchAllOrNothing(t *testing.T) {
 		st, err := v.Patch(PatchRequest{Credentials: &CredentialMutations{Delete: []string{"gh"}},
 			Bindings: &BindingMutations{Delete: []string{"github"}}}, allowAll)
 		require.NoError(t, err)
-		assert.Equal(t, []CredentialInfo{{"other", "inline", 1}}, st.Credentials)
+		assert.Equal(t, []CredentialInfo{{Name: "other", SourceType: "inline", Revision: 1}}, st.Credentials)
 		assert.Empty(t, st.Bindings)
 		assert.NotNil(t, st.Bindings)
 	})
@@ -316,5 +318,5 @@ func TestErrorsNeverContainValues(t *testing.T) {
 	}
 	var s Secret
 	err := json.Unmarshal([]byte(`123`), &s)
-	assert.ErrorIs(t, err, ErrInvalid)
+	assert.ErrorIs(t, err, api.ErrSecretNotString)
 }

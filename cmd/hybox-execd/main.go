@@ -51,6 +51,7 @@ type config struct {
 	subreaper  bool
 	stopGrace  time.Duration
 	logLevel   string
+	warmShell  bool
 	entrypoint []string
 }
 
@@ -66,6 +67,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.subreaper, "subreaper", false, "reap orphans as a child subreaper even when not PID 1")
 	fs.DurationVar(&c.stopGrace, "stop-grace", 10*time.Second, "how long the entrypoint has to exit after SIGTERM")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.BoolVar(&c.warmShell, "warm-shell", true, "keep a bash started ahead of time for the next command (saves a fork+exec per command; false = every command is a new bash -c)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -136,6 +138,7 @@ func serve(cfg config, log *slog.Logger) error {
 	}
 	backend, err := osbackend.New(osbackend.Options{
 		RootDir: cfg.root, Workdir: wd, Env: os.Environ(), Reaper: reaper, Logger: log,
+		WarmShell: cfg.warmShell,
 	})
 	if err != nil {
 		return err

@@ -26,7 +26,7 @@ type config struct {
 	Insecure       bool                 `toml:"insecure"`
 	IngressDomain  string               `toml:"ingress_domain"`
 	PublicHost     string               `toml:"public_host"`
-	DefaultRuntime string               `toml:"default_runtime"`
+	DefaultRuntime string               `toml:"default_runtime"` // refused (see loadConfig): OCI.DefaultRuntime replaced it
 	ReapInterval   duration             `toml:"reap_interval"`
 	LogLevel       string               `toml:"log_level"`
 	ImageRules     []runtimes.ImageRule `toml:"image_rules"`
@@ -66,6 +66,12 @@ type ociConfig struct {
 	// AllowedHostPaths are the host directories (and what is below them)
 	// that sandboxes may mount as volumes.
 	AllowedHostPaths []string `toml:"allowed_host_paths"`
+	// RunscPlatform is gVisor's platform: systrap, ptrace, or "" to probe
+	// (systrap where it works, else ptrace).
+	RunscPlatform string `toml:"runsc_platform"`
+	// DefaultRuntime is the container runtime of OCI images that no
+	// runtime extension or image rule names (runc or runsc; "" = runc).
+	DefaultRuntime string `toml:"default_runtime"`
 }
 
 type wasmConfig struct {
@@ -119,11 +125,12 @@ func loadConfig(path string, getenv func(string) string) (*config, error) {
 		{"HYBOX_API_KEY_FILE", func(v string) error { c.APIKeyFile = v; return nil }},
 		{"HYBOX_PUBLIC_HOST", func(v string) error { c.PublicHost = v; return nil }},
 		{"HYBOX_INGRESS_DOMAIN", func(v string) error { c.IngressDomain = v; return nil }},
-		{"HYBOX_DEFAULT_RUNTIME", func(v string) error { c.DefaultRuntime = v; return nil }},
+		{"HYBOX_DEFAULT_RUNTIME", func(v string) error { c.OCI.DefaultRuntime = v; return nil }},
 		{"HYBOX_GUEST_DIR", func(v string) error { c.Wasm.GuestDir = v; return nil }},
 		{"HYBOX_LOG_LEVEL", func(v string) error { c.LogLevel = v; return nil }},
 		{"HYBOX_CONTAINERD_ADDRESS", func(v string) error { c.OCI.Address = v; return nil }},
 		{"HYBOX_RUNSC_BINARY", func(v string) error { c.OCI.RunscBinary = v; return nil }},
+		{"HYBOX_RUNSC_PLATFORM", func(v string) error { c.OCI.RunscPlatform = v; return nil }},
 		{"HYBOX_EXECD_BINARY", func(v string) error { c.OCI.ExecdBinary = v; return nil }},
 		{"HYBOX_VAULT_KEY", func(v string) error { c.Vault.Key = v; return nil }},
 		{"HYBOX_VAULT_KEY_FILE", func(v string) error { c.Vault.KeyFile = v; return nil }},
@@ -144,6 +151,9 @@ func loadConfig(path string, getenv func(string) string) (*config, error) {
 				return nil, fmt.Errorf("%s: %w", e.name, err)
 			}
 		}
+	}
+	if c.DefaultRuntime != "" {
+		return nil, fmt.Errorf("config: default_runtime = %q is no longer read: an OCI image goes to the container runtime oci.default_runtime (runc unless set), and a sandbox runs in wasm when its image is wasm://..., a code-interpreter image or matches an image rule; move the setting to [oci] default_runtime, or add an [[image_rules]] entry", c.DefaultRuntime)
 	}
 	return &c, nil
 }

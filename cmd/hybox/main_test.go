@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hybox-dev/hybox/client/clienttest"
 	"github.com/hybox-dev/hybox/cmd/hybox/internal/cli"
+	"github.com/hybox-dev/hybox/server/servertest"
 )
 
 // runCLI runs the binary's full command tree (client commands and serve)
@@ -22,7 +22,7 @@ func runCLI(t *testing.T, env map[string]string, args ...string) (stdout, stderr
 }
 
 func TestCommandTree(t *testing.T) {
-	srv := clienttest.NewServer(t)
+	srv := servertest.New(t)
 	env := map[string]string{cli.EnvDomain: srv.URL, cli.EnvAPIKey: srv.APIKey}
 	tests := []struct {
 		name     string

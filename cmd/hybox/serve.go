@@ -105,7 +105,7 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&guestDir, "guest-dir", "", "directory with python.wasm and quickjs.wasm (env HYBOX_GUEST_DIR)")
 	f.StringVar(&publicHost, "public-host", "", "host[:port] written into sandbox endpoints (env HYBOX_PUBLIC_HOST)")
 	f.StringVar(&containerdAddr, "containerd", "", "containerd socket for container sandboxes (env HYBOX_CONTAINERD_ADDRESS; empty = wasm only)")
-	f.StringVar(&runscBinary, "runsc-binary", "", "runsc wrapper for gVisor sandboxes (env HYBOX_RUNSC_BINARY)")
+	f.StringVar(&runscBinary, "runsc-binary", "", "gVisor's runsc, built by scripts/containers/build-gvisor.sh, for runsc sandboxes (env HYBOX_RUNSC_BINARY)")
 	f.StringVar(&execdBinary, "execd-binary", "", "static hybox-execd binary (env HYBOX_EXECD_BINARY; default beside hybox)")
 	f.StringVar(&ingressDomain, "ingress-domain", "", "route <id>-<port>.<domain> to sandbox ports (env HYBOX_INGRESS_DOMAIN)")
 	f.BoolVar(&insecure, "insecure", false, "serve WITHOUT authentication (env HYBOX_INSECURE)")
@@ -197,10 +197,18 @@ func serve(ctx context.Context, cfg *config) error {
 			defer ob.Close()
 			rts = append(rts, ob.Runtimes()...)
 			images = ob
+			switch rc, err := ob.Runsc(); {
+			case rc != nil:
+				log.Info("gVisor sandboxes ready", "runtime", "runsc", "platform", rc.Platform, "runsc", rc.Binary)
+			case err != nil:
+				log.Warn("gVisor sandboxes are unavailable; serving runc only", "err", err)
+			default:
+				log.Info("gVisor sandboxes are off: no runsc binary configured (--runsc-binary)")
+			}
 		}
 	}
 	rules := append(append([]runtimes.ImageRule{}, cfg.ImageRules...), runtimes.BuiltinImageRules...)
-	router, err := runtimes.NewRouter(rts, rules, cfg.DefaultRuntime)
+	router, err := runtimes.NewRouter(rts, rules, cfg.OCI.DefaultRuntime)
 	if err != nil {
 		return err
 	}
@@ -222,7 +230,14 @@ func serve(ctx context.Context, cfg *config) error {
 		return err
 	}
 	log.Info("hybox listening", "addr", l.Addr().String(), "dataDir", cfg.DataDir, "runtimes", router.Names())
-	return srv.Serve(ctx, l)
+	err = srv.Serve(ctx, l)
+	if ctx.Err() != nil {
+		// The deferred closes run after this line: the server, the
+		// container backend's connection, the guests. Containers keep
+		// running under their shims and are re-attached on the next start.
+		log.Info("hybox shutting down: stop signal received; sandboxes are kept and re-attached on the next start", "err", err)
+	}
+	return err
 }
 
 // startOCI connects the container backend.
@@ -239,7 +254,7 @@ func startOCI(ctx context.Context, cfg *config, log *slog.Logger) (*oci.Backend,
 	}
 	return oci.New(ctx, oci.Options{
 		Address: cfg.OCI.Address, Namespace: cfg.OCI.Namespace, ExecdBinary: execdBin,
-		RuncBinary: cfg.OCI.RuncBinary, RunscBinary: cfg.OCI.RunscBinary,
+		RuncBinary: cfg.OCI.RuncBinary, RunscBinary: cfg.OCI.RunscBinary, RunscPlatform: cfg.OCI.RunscPlatform,
 		CNIPluginDir: cfg.OCI.CNIPluginDir, Subnet: cfg.OCI.Subnet,
 		StateDir: filepath.Join(cfg.DataDir, "oci"), DefaultMemoryBytes: mem, Logger: log,
 		AllowedHostPaths: cfg.OCI.AllowedHostPaths,

@@ -3,8 +3,10 @@
 // scripts/containers/containerd.sh and shared by every test package), the
 // test image localhost/hybox/python:3-bookworm (built by
 // scripts/containers/build-image.sh into a cache that survives between
-// runs, then imported), the OCI runtimes that really work here (runc, runsc
-// through the runc shim), one-shot container runs and explicit cleanup.
+// runs, then imported), the OCI runtimes that really work here (runc, and
+// gVisor's runsc through its own shim, built by
+// scripts/containers/build-gvisor.sh), one-shot container runs and
+// explicit cleanup.
 //
 // Tests that need it skip, with the reason, when not run as root or when
 // Debian's packages are missing; with HYBOX_REQUIRE_CONTAINERS set (CI) they
@@ -31,11 +33,22 @@ import (
 
 // Fixed locations, shared by every test package on a machine.
 const (
-	// DataDir holds the test containerd (DataDir/containerd) and the runsc
-	// wrapper (DataDir/bin/runsc-hybox).
-	DataDir = "/var/lib/hybox-test"
-	// CacheDir holds the built image archive; it survives between runs.
+	// DefaultDataDir holds the test containerd (DataDir/containerd), the
+	// gVisor shim on its PATH (DataDir/bin) and runsc's config
+	// (DataDir/runsc.toml), unless [DataDirEnv] names another directory.
+	DefaultDataDir = "/var/lib/hybox-test"
+	// DataDirEnv names a data directory to use instead of
+	// [DefaultDataDir], so that two test runs on one machine (say, two
+	// branches with different runtimes) each have their own containerd.
+	DataDirEnv = "HYBOX_TEST_DATA_DIR"
+	// CacheDir holds the built image archive and gVisor builds; it
+	// survives between runs.
 	CacheDir = "/var/cache/hybox"
+	// ImageCacheEnv names a directory for the image archive instead of
+	// [CacheDir], for a run whose build-image.sh differs from the one
+	// that made the shared archive (its inputs record would not match,
+	// and each run would rebuild the other's).
+	ImageCacheEnv = "HYBOX_TEST_IMAGE_CACHE"
 	// ImageName is the test image.
 	ImageName = "localhost/hybox/python:3-bookworm"
 	// Namespace is the containerd namespace [Image] imports into.
@@ -47,19 +60,34 @@ const (
 	RequireEnv = "HYBOX_REQUIRE_CONTAINERS"
 )
 
-// ImageArchive is the OCI archive of [ImageName] in [CacheDir].
-func ImageArchive() string { return filepath.Join(CacheDir, "python-3-bookworm.oci.tar") }
+// DataDir is the test containerd's data directory: [DataDirEnv] or
+// [DefaultDataDir].
+func DataDir() string {
+	if d := os.Getenv(DataDirEnv); d != "" {
+		return d
+	}
+	return DefaultDataDir
+}
+
+// ImageArchive is the OCI archive of [ImageName] in [CacheDir] (or
+// [ImageCacheEnv]).
+func ImageArchive() string {
+	dir := CacheDir
+	if d := os.Getenv(ImageCacheEnv); d != "" {
+		dir = d
+	}
+	return filepath.Join(dir, "python-3-bookworm.oci.tar")
+}
 
 // Socket is the test containerd's socket (running or not).
-func Socket() string { return filepath.Join(DataDir, "containerd", "containerd.sock") }
+func Socket() string { return filepath.Join(DataDir(), "containerd", "containerd.sock") }
 
 // StateDir is the test containerd's state directory: task bundles (and
 // their rootfs mounts) live under StateDir/io.containerd.runtime.v2.task.
-func StateDir() string { return filepath.Join(DataDir, "containerd", "state") }
+func StateDir() string { return filepath.Join(DataDir(), "containerd", "state") }
 
-// RunscWrapper is the runsc wrapper containerd.sh installs: the BinaryName
-// to give the runc shim for gVisor.
-func RunscWrapper() string { return filepath.Join(DataDir, "bin", "runsc-hybox") }
+// RunscConfig is the gVisor shim's config file [Containerd] writes.
+func RunscConfig() string { return filepath.Join(DataDir(), "runsc.toml") }
 
 // RepoRoot is the repository holding this package: found from this
 // source file's path, or (under -trimpath) by walking up from the working
@@ -97,9 +125,10 @@ var (
 
 // Containerd returns the socket of the private test containerd, starting it
 // (once per machine; later calls and other packages reuse it) with
-// scripts/containers/containerd.sh under [DataDir]. It skips t when not
-// root or when containerd, runc or ctr are missing ("run make
-// containers-deps"), and fails t when containerd does not start.
+// scripts/containers/containerd.sh under [DataDir], with gVisor's shim
+// (see [GVisor]) on its PATH. It skips t when not root or when containerd,
+// runc or ctr are missing ("run make containers-deps"), and fails t when
+// containerd does not start.
 func Containerd(t testing.TB) string {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -115,8 +144,12 @@ func Containerd(t testing.TB) string {
 	if started {
 		return Socket()
 	}
+	args := []string{"start", DataDir()}
+	if g := GVisor(t); g.Dir != "" {
+		args = append(args, g.Dir)
+	}
 	begin := time.Now()
-	out, err := script(t, 60*time.Second, "containerd.sh", "start", DataDir)
+	out, err := script(t, 60*time.Second, "containerd.sh", args...)
 	if err != nil {
 		t.Fatalf("start containerd: %v\n%s", err, out)
 	}
@@ -157,7 +190,7 @@ func ImageIn(t testing.TB, socket, namespace string) string {
 	if done {
 		return ImageName
 	}
-	unlock := lockFile(t, filepath.Join(DataDir, "image.lock"))
+	unlock := lockFile(t, filepath.Join(DataDir(), "image.lock"))
 	defer unlock()
 
 	if _, err := exec.LookPath("mmdebstrap"); err != nil {
@@ -171,7 +204,7 @@ func ImageIn(t testing.TB, socket, namespace string) string {
 		t.Fatalf("build %s: %v\n%s", ImageArchive(), err, out)
 	}
 	if len(bytes.TrimSpace(out)) > 0 {
-		t.Logf("image archive built in %v:\n%s", time.Since(begin).Round(time.Millisecond), bytes.TrimSpace(out))
+		t.Logf("image archive ready in %v:\n%s", time.Since(begin).Round(time.Millisecond), bytes.TrimSpace(out))
 	}
 	want, err := archiveDigest(ImageArchive())
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -57,14 +58,19 @@ func TestContainerdAnswers(t *testing.T) {
 	}
 	t.Logf("containerd %s (%s)", v.Version, v.Revision)
 	// The script is idempotent: start again and status both succeed.
-	for _, args := range [][]string{{"start", ocienv.DataDir}, {"status", ocienv.DataDir}} {
+	g := ocienv.GVisor(t)
+	if g.Dir == "" {
+		t.Fatalf("no gVisor build: %v", g.Err)
+	}
+	for _, args := range [][]string{{"start", ocienv.DataDir(), g.Dir}, {"status", ocienv.DataDir()}} {
 		out, err := exec.Command("bash", append([]string{ocienv.RepoRoot() + "/scripts/containers/containerd.sh"}, args...)...).CombinedOutput()
 		if err != nil {
 			t.Fatalf("containerd.sh %v: %v\n%s", args, err, out)
 		}
 	}
-	if fi, err := os.Stat(ocienv.RunscWrapper()); err != nil || fi.Mode()&0o111 == 0 {
-		t.Fatalf("runsc wrapper %s: %v", ocienv.RunscWrapper(), err)
+	shim := filepath.Join(ocienv.DataDir(), "bin", "containerd-shim-runsc-v1")
+	if fi, err := os.Stat(shim); err != nil || fi.Mode()&0o111 == 0 {
+		t.Fatalf("gVisor shim wrapper %s: %v", shim, err)
 	}
 }
 
@@ -72,8 +78,8 @@ func TestPythonPrintUnderEachRuntime(t *testing.T) {
 	sock := ocienv.Containerd(t)
 	image := ocienv.Image(t, sock)
 	c := ocienv.Client(t, sock, ocienv.Namespace)
-	if _, err := exec.LookPath("runsc"); err != nil {
-		t.Fatalf("runsc missing although containerd's packages are installed: %v", err)
+	if ocienv.Runsc().Binary == "" {
+		t.Fatalf("no gVisor build: %v", ocienv.GVisor(t).Err)
 	}
 	for _, tc := range []struct {
 		name string
@@ -144,14 +150,19 @@ func TestRuntimesWorkHere(t *testing.T) {
 	}
 }
 
-// A runsc started without --network=host fails in Start, after its shim,
-// gofer and sandbox process started and the rootfs was mounted: exactly
-// the half-created state DESIGN.md warns about. Cleanup must remove it all.
+// A runsc container whose program does not exist fails in Start, after its
+// shim, gofer and sandbox process started and the rootfs was mounted:
+// exactly the half-created state DESIGN.md warns about. Cleanup must
+// remove it all.
 func TestCleanupAfterFailedRunscStart(t *testing.T) {
 	sock := ocienv.Containerd(t)
 	image := ocienv.Image(t, sock)
 	c := ocienv.Client(t, sock, ocienv.Namespace)
-	plain := ocienv.Runtime{Name: "runsc-plain", Binary: "/usr/bin/runsc", Root: ocienv.Runsc().Root}
+	plain := ocienv.Runsc()
+	if plain.Binary == "" {
+		t.Fatalf("no gVisor build: %v", ocienv.GVisor(t).Err)
+	}
+	const missing = "/no/such/program"
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	ctx = namespaces.WithNamespace(ctx, ocienv.Namespace)
@@ -165,7 +176,7 @@ func TestCleanupAfterFailedRunscStart(t *testing.T) {
 		}
 		ctr, err := c.NewContainer(ctx, id, containerd.WithImage(img), containerd.WithSnapshotter(ocienv.Snapshotter),
 			containerd.WithNewSnapshot(id, img), plain.ContainerOpt(),
-			containerd.WithNewSpec(oci.WithImageConfig(img), oci.WithProcessArgs("true")))
+			containerd.WithNewSpec(append([]oci.SpecOpts{oci.WithImageConfig(img), oci.WithProcessArgs(missing)}, plain.SpecOpts()...)...))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -174,7 +185,7 @@ func TestCleanupAfterFailedRunscStart(t *testing.T) {
 			err = task.Start(ctx)
 		}
 		if err == nil {
-			t.Fatal("runsc without --network=host started; this test needs a runtime that fails to start")
+			t.Fatal("runsc started a program that does not exist; this test needs a start that fails")
 		}
 		t.Logf("start failed as intended: %v", err)
 		left := ocienv.Leftovers(ocienv.Namespace, plain, id)
@@ -192,9 +203,10 @@ func TestCleanupAfterFailedRunscStart(t *testing.T) {
 
 	t.Run("through Run", func(t *testing.T) {
 		id := containerID(t, "bad")
-		_, err := ocienv.Run(ctx, c, plain, ocienv.Namespace, image, id, "true")
-		if err == nil {
-			t.Fatal("Run under plain runsc succeeded")
+		// Run wraps a runsc program in sh (see Run), which reports 127.
+		res, err := ocienv.Run(ctx, c, plain, ocienv.Namespace, image, id, missing)
+		if err == nil && res.ExitCode == 0 {
+			t.Fatal("Run of a program that does not exist succeeded")
 		}
 		assertGone(t, c, plain, id)
 	})
@@ -218,7 +230,7 @@ func TestCleanupRunningContainer(t *testing.T) {
 			}
 			ctr, err := c.NewContainer(ctx, id, containerd.WithImage(img), containerd.WithSnapshotter(ocienv.Snapshotter),
 				containerd.WithNewSnapshot(id, img), rt.ContainerOpt(),
-				containerd.WithNewSpec(oci.WithImageConfig(img), oci.WithProcessArgs("sleep", "600")))
+				containerd.WithNewSpec(append([]oci.SpecOpts{oci.WithImageConfig(img), oci.WithProcessArgs("sleep", "600")}, rt.SpecOpts()...)...))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -18,40 +18,55 @@ import (
 	containerd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
-	"github.com/containerd/containerd/v2/pkg/oci"
+	ocispec "github.com/containerd/containerd/v2/pkg/oci"
 	"github.com/containerd/errdefs"
+
+	"github.com/hybox-dev/hybox/runtimes/oci"
 )
 
-// ShimRuntime is the containerd runtime both OCI runtimes run under: Debian's
-// runsc has no shim of its own, so gVisor runs through the runc shim with
-// the wrapper as its BinaryName.
-const ShimRuntime = "io.containerd.runc.v2"
+// RuncShim is the containerd runtime runc runs under.
+const RuncShim = "io.containerd.runc.v2"
 
-// Runtime is an OCI runtime as the runc shim runs it.
+// Runtime is an OCI runtime as a containerd shim runs it.
 type Runtime struct {
 	// Name is "runc" or "runsc".
 	Name string
-	// Binary is the shim's BinaryName ("" = runc from PATH).
+	// Shim is the containerd runtime type: [RuncShim] or [oci.RunscShim].
+	Shim string
+	// Binary is the runtime binary.
 	Binary string
-	// Root is the runtime's state root ("" = the shim's default,
-	// /run/containerd/runc); the shim appends the namespace.
+	// Root is the runtime's state root; the shim appends the namespace.
 	Root string
+	// Config is gVisor's shim config (runsc.toml), for [oci.RunscShim].
+	Config string
 }
 
-// Runc is Debian's runc with the shim's defaults.
+// Runc is Debian's runc through the runc shim.
 func Runc() Runtime {
-	return Runtime{Name: "runc", Binary: "/usr/sbin/runc", Root: "/run/containerd/runc"}
+	return Runtime{Name: "runc", Shim: RuncShim, Binary: "/usr/sbin/runc", Root: "/run/containerd/runc"}
 }
 
-// Runsc is gVisor through [RunscWrapper], with its own state root so its
-// state files never mix with runc's.
+// Runsc is gVisor's runsc of [GVisor] through gVisor's shim, with the
+// config [GVisor] wrote; Binary is "" until [GVisor] (or [Containerd])
+// found a build.
 func Runsc() Runtime {
-	return Runtime{Name: "runsc", Binary: RunscWrapper(), Root: "/run/containerd/runsc"}
+	return Runtime{Name: "runsc", Shim: oci.RunscShim, Binary: gvisorRes.Runsc(), Root: oci.RunscRoot, Config: RunscConfig()}
 }
 
 // ContainerOpt selects this runtime for a new container.
 func (r Runtime) ContainerOpt() containerd.NewContainerOpts {
-	return containerd.WithRuntime(ShimRuntime, &options.Options{BinaryName: r.Binary, Root: r.Root})
+	if r.Shim == oci.RunscShim {
+		return oci.RunscContainerOpts(r.Config)
+	}
+	return containerd.WithRuntime(r.Shim, &options.Options{BinaryName: r.Binary, Root: r.Root})
+}
+
+// SpecOpts are what the runtime needs in a container's spec.
+func (r Runtime) SpecOpts() []ocispec.SpecOpts {
+	if r.Shim == oci.RunscShim {
+		return []ocispec.SpecOpts{ocispec.WithAnnotations(oci.RunscSandboxAnnotations())}
+	}
+	return nil
 }
 
 // RunResult is the outcome of [Run].
@@ -78,6 +93,15 @@ func Run(ctx context.Context, c *containerd.Client, rt Runtime, namespace, image
 	if err != nil {
 		return res, fmt.Errorf("image %s: %w", image, err)
 	}
+	if rt.Shim == oci.RunscShim {
+		// gVisor's shim learns a container's exit status from a `runsc
+		// wait` it starts after the start; when the container has already
+		// exited by then, the status is lost (exit 128, "sandbox no longer
+		// running and its exit status is unavailable"). hybox's own init
+		// (hybox-execd) lives as long as its sandbox; a one-shot run here
+		// lives at least 300 ms.
+		args = append([]string{"/bin/sh", "-c", `"$@"; s=$?; sleep 0.3; exit $s`, "sh"}, args...)
+	}
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
@@ -91,7 +115,7 @@ func Run(ctx context.Context, c *containerd.Client, rt Runtime, namespace, image
 		containerd.WithSnapshotter(Snapshotter),
 		containerd.WithNewSnapshot(id, img),
 		rt.ContainerOpt(),
-		containerd.WithNewSpec(oci.WithImageConfig(img), oci.WithProcessArgs(args...)),
+		containerd.WithNewSpec(append([]ocispec.SpecOpts{ocispec.WithImageConfig(img), ocispec.WithProcessArgs(args...)}, rt.SpecOpts()...)...),
 	)
 	if err != nil {
 		return res, fmt.Errorf("new container: %w", err)

@@ -74,7 +74,7 @@ func deniedNames(c *policy.Compiled) []string {
 }
 
 // blockedBy returns the denied name a is blocked for, if any.
-func (s *Sandbox) blockedBy(a netip.Addr) (string, bool) {
+func (s *Controller) blockedBy(a netip.Addr) (string, bool) {
 	s.blockMu.Lock()
 	defer s.blockMu.Unlock()
 	b, ok := s.blocked[a.Unmap()]
@@ -87,7 +87,7 @@ func (s *Sandbox) blockedBy(a netip.Addr) (string, bool) {
 // blockedEntriesLocked are the blocked addresses to keep under c (names it
 // still denies, answers not expired); the others are forgotten. s.mu is
 // held.
-func (s *Sandbox) blockedEntriesLocked(c *policy.Compiled) []nft.Entry {
+func (s *Controller) blockedEntriesLocked(c *policy.Compiled) []nft.Entry {
 	s.blockMu.Lock()
 	defer s.blockMu.Unlock()
 	if !blocking(c) {
@@ -110,7 +110,7 @@ func (s *Sandbox) blockedEntriesLocked(c *policy.Compiled) []nft.Entry {
 // block records addrs as the addresses of the denied name for ttl (at
 // least minBlockTTL), adds them to the firewall, and cuts the established
 // connections to those that were not blocked yet.
-func (s *Sandbox) block(name string, addrs []netip.Addr, ttl time.Duration) {
+func (s *Controller) block(name string, addrs []netip.Addr, ttl time.Duration) {
 	if len(addrs) == 0 {
 		return
 	}
@@ -160,7 +160,7 @@ func (s *Sandbox) block(name string, addrs []netip.Addr, ttl time.Duration) {
 
 // startBlockingLocked starts the resolver of denied names if c needs it,
 // or wakes it. s.mu is held.
-func (s *Sandbox) startBlockingLocked(c *policy.Compiled) {
+func (s *Controller) startBlockingLocked(c *policy.Compiled) {
 	if !blocking(c) || s.closed {
 		return
 	}
@@ -178,7 +178,7 @@ func (s *Sandbox) startBlockingLocked(c *policy.Compiled) {
 // blockLoop resolves the exact names the policy denies and blocks their
 // addresses, at once, after each policy change, and before the answers
 // expire, until the sandbox's controller is closed.
-func (s *Sandbox) blockLoop(kick chan struct{}) {
+func (s *Controller) blockLoop(kick chan struct{}) {
 	ctx := s.ctx
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -195,7 +195,7 @@ func (s *Sandbox) blockLoop(kick chan struct{}) {
 
 // resolveDenied resolves the policy's denied exact names, blocks their
 // addresses, and returns when to do it again.
-func (s *Sandbox) resolveDenied(ctx context.Context) time.Duration {
+func (s *Controller) resolveDenied(ctx context.Context) time.Duration {
 	c := s.Policy()
 	next := maxBlockRefresh
 	if !blocking(c) {
@@ -225,7 +225,7 @@ func (s *Sandbox) resolveDenied(ctx context.Context) time.Duration {
 // onDenied is told of a name the policy refused (by the sandbox's
 // resolver or by Do). Under blocking, a name no deny rule names exactly (a
 // wildcard's) is resolved in the background and its addresses blocked.
-func (s *Sandbox) onDenied(name string) {
+func (s *Controller) onDenied(name string) {
 	c := s.Policy()
 	if !blocking(c) || c.Name(name).Allow {
 		return

@@ -20,7 +20,7 @@ type blockCall struct {
 
 // blockingSandbox returns a controller for p whose OnBlock calls arrive on
 // the returned channel.
-func blockingSandbox(t *testing.T, e *env, p *policy.Policy) (*Sandbox, chan blockCall) {
+func blockingSandbox(t *testing.T, e *env, p *policy.Policy) (*Controller, chan blockCall) {
 	t.Helper()
 	calls := make(chan blockCall, 16)
 	s := e.sandbox(t, Config{Policy: p, OnBlock: func(name string, addrs []netip.Addr) {

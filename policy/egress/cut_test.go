@@ -15,7 +15,7 @@ import (
 // else by the names the address was answered for (past their TTL), else
 // by the default.
 func TestAllowsEstablished(t *testing.T) {
-	s := &Sandbox{seen: map[netip.Addr][]string{}}
+	s := &Controller{seen: map[netip.Addr][]string{}}
 	api := netip.MustParseAddr("10.0.0.1")
 	shared := netip.MustParseAddr("10.0.0.2")
 	direct := netip.MustParseAddr("10.0.0.3")
@@ -56,7 +56,7 @@ func TestAllowsEstablished(t *testing.T) {
 }
 
 func TestRememberIsBounded(t *testing.T) {
-	s := &Sandbox{seen: map[netip.Addr][]string{}}
+	s := &Controller{seen: map[netip.Addr][]string{}}
 	a := netip.MustParseAddr("10.0.0.1")
 	for i := range 3 * maxSeenNames {
 		s.rememberLocked(a, fmt.Sprintf("n%d.test", i))

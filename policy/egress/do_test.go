@@ -190,7 +190,7 @@ const secret = "s3cr3t-token-value"
 
 // vaultSandbox is a sandbox whose vault puts a bearer token on HTTPS
 // requests to ok.test at the TLS server's port.
-func vaultSandbox(t *testing.T, e *env) *Sandbox {
+func vaultSandbox(t *testing.T, e *env) *Controller {
 	t.Helper()
 	v := vault.New()
 	port, err := strconv.Atoi(e.tls.port)

@@ -143,9 +143,9 @@ type Config struct {
 	OnBlock func(name string, addrs []netip.Addr)
 }
 
-// Sandbox is one sandbox's egress controller. It implements
+// Controller is one sandbox's egress controller. It implements
 // runtimes.Egress.
-type Sandbox struct {
+type Controller struct {
 	m      *Manager
 	id     string
 	pol    atomic.Pointer[policy.Compiled]
@@ -184,7 +184,7 @@ type Sandbox struct {
 	resolved map[string]time.Time // denied name → its addresses' expiry
 }
 
-// Bounds of Sandbox.seen.
+// Bounds of Controller.seen.
 const (
 	maxSeen      = 1 << 14
 	maxSeenNames = 8
@@ -196,11 +196,11 @@ type learnedAddr struct {
 }
 
 // New returns the egress controller of sandbox id.
-func (m *Manager) New(id string, cfg Config) (*Sandbox, error) {
+func (m *Manager) New(id string, cfg Config) (*Controller, error) {
 	if cfg.Vault != nil && cfg.CA == nil {
 		return nil, errors.New("egress: a vault needs the sandbox's CA")
 	}
-	s := &Sandbox{m: m, id: id, vault: cfg.Vault, ca: cfg.CA, cfg: cfg, learned: map[netip.Addr]learnedAddr{},
+	s := &Controller{m: m, id: id, vault: cfg.Vault, ca: cfg.CA, cfg: cfg, learned: map[netip.Addr]learnedAddr{},
 		answered: map[string]map[netip.Addr]time.Time{}, seen: map[netip.Addr][]string{},
 		conns: map[*trackedConn]struct{}{}, onDemand: make(chan struct{}, maxOnDemand),
 		blocked: map[netip.Addr]blockedAddr{}, resolved: map[string]time.Time{}}
@@ -213,20 +213,20 @@ func (m *Manager) New(id string, cfg Config) (*Sandbox, error) {
 }
 
 // Policy is the current compiled policy (nil: unrestricted).
-func (s *Sandbox) Policy() *policy.Compiled { return s.pol.Load() }
+func (s *Controller) Policy() *policy.Compiled { return s.pol.Load() }
 
 // Vault is the sandbox's vault, nil without a credential proxy.
-func (s *Sandbox) Vault() *vault.Vault { return s.vault }
+func (s *Controller) Vault() *vault.Vault { return s.vault }
 
 // CA is the sandbox's own CA, nil without a credential proxy.
-func (s *Sandbox) CA() *tproxy.CA { return s.ca }
+func (s *Controller) CA() *tproxy.CA { return s.ca }
 
 // SetPolicy compiles p and makes it the sandbox's policy. In a container
 // the firewall is replaced in one transaction before SetPolicy returns, so
 // new connections follow the new policy at once, and then the established
 // connections that the new policy denies are cut (see nft.Cut); the others
 // are kept. Do's open connections that the new policy denies are closed.
-func (s *Sandbox) SetPolicy(p *policy.Policy) error {
+func (s *Controller) SetPolicy(p *policy.Policy) error {
 	var c *policy.Compiled
 	if p != nil {
 		var err error
@@ -261,7 +261,7 @@ func (s *Sandbox) SetPolicy(p *policy.Policy) error {
 // cutLocked ends the container's established connections that the current
 // policy denies. The policy is in force whatever happens here, so a
 // failure is logged, not returned.
-func (s *Sandbox) cutLocked() {
+func (s *Controller) cutLocked() {
 	c := s.Policy()
 	if c == nil {
 		return
@@ -279,7 +279,7 @@ func (s *Sandbox) cutLocked() {
 // allowsLocked decides an established connection to a under c: an IP rule
 // that matches a decides; otherwise the names the sandbox's resolver
 // answered with a (any one allowed keeps it); otherwise the default.
-func (s *Sandbox) allowsLocked(c *policy.Compiled, a netip.Addr) bool {
+func (s *Controller) allowsLocked(c *policy.Compiled, a netip.Addr) bool {
 	d := c.Addr(a)
 	if d.Index >= 0 {
 		return d.Allow
@@ -299,7 +299,7 @@ func (s *Sandbox) allowsLocked(c *policy.Compiled, a netip.Addr) bool {
 }
 
 // rules is the firewall for the current policy.
-func (s *Sandbox) rules() nft.Rules {
+func (s *Controller) rules() nft.Rules {
 	c := s.Policy()
 	r := nft.Rules{}
 	if c != nil {
@@ -317,7 +317,7 @@ func (s *Sandbox) rules() nft.Rules {
 
 // applyLocked replaces the firewall, keeping the learned addresses whose
 // names the policy still allows.
-func (s *Sandbox) applyLocked() error {
+func (s *Controller) applyLocked() error {
 	c := s.Policy()
 	now := time.Now()
 	var keep []nft.Entry
@@ -337,13 +337,13 @@ func (s *Sandbox) applyLocked() error {
 }
 
 // decide is the DNS proxy's policy hook.
-func (s *Sandbox) decide(name string) (bool, string) {
+func (s *Controller) decide(name string) (bool, string) {
 	d := s.Policy().Name(name)
 	return d.Allow, d.Reason()
 }
 
 // learn is the DNS proxy's hook for the addresses of an allowed answer.
-func (s *Sandbox) learn(name string, addrs []netip.Addr, ttl time.Duration) error {
+func (s *Controller) learn(name string, addrs []netip.Addr, ttl time.Duration) error {
 	if ttl < minLearnTTL {
 		ttl = minLearnTTL
 	}
@@ -387,7 +387,7 @@ func (s *Sandbox) learn(name string, addrs []netip.Addr, ttl time.Duration) erro
 }
 
 // rememberLocked records that a was answered for name in s.seen.
-func (s *Sandbox) rememberLocked(a netip.Addr, name string) {
+func (s *Controller) rememberLocked(a netip.Addr, name string) {
 	names, ok := s.seen[a]
 	if slices.Contains(names, name) {
 		return
@@ -406,7 +406,7 @@ func (s *Sandbox) rememberLocked(a netip.Addr, name string) {
 
 // pruneLocked forgets expired answers, so a workload resolving many names
 // does not grow the maps without bound.
-func (s *Sandbox) pruneLocked(now time.Time) {
+func (s *Controller) pruneLocked(now time.Time) {
 	for a, l := range s.learned {
 		if !now.Before(l.expires) {
 			delete(s.learned, a)
@@ -426,7 +426,7 @@ func (s *Sandbox) pruneLocked(now time.Time) {
 
 // resolvesTo reports whether the sandbox's DNS proxy answered host with
 // dst's address (and the answer has not expired), or host is dst's address.
-func (s *Sandbox) resolvesTo(host string, dst netip.AddrPort) bool {
+func (s *Controller) resolvesTo(host string, dst netip.AddrPort) bool {
 	if ip, err := netip.ParseAddr(host); err == nil {
 		return ip.Unmap() == dst.Addr().Unmap()
 	}
@@ -440,7 +440,7 @@ func (s *Sandbox) resolvesTo(host string, dst netip.AddrPort) bool {
 // transparent proxy's sockets inside the namespace at nsPath, installs the
 // firewall, and starts serving. Calling it again for the same namespace
 // (a restore) replaces the sockets.
-func (s *Sandbox) Enforce(ctx context.Context, nsPath string) error {
+func (s *Controller) Enforce(ctx context.Context, nsPath string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -517,7 +517,7 @@ func (s *Sandbox) Enforce(ctx context.Context, nsPath string) error {
 }
 
 // stopLocked stops the proxies (the firewall stays in the namespace).
-func (s *Sandbox) stopLocked() {
+func (s *Controller) stopLocked() {
 	if s.dns != nil {
 		_ = s.dns.Close()
 		s.dns = nil
@@ -533,7 +533,7 @@ func (s *Sandbox) stopLocked() {
 }
 
 // Close stops serving the sandbox. The firewall goes with the namespace.
-func (s *Sandbox) Close() error {
+func (s *Controller) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
@@ -544,7 +544,7 @@ func (s *Sandbox) Close() error {
 }
 
 // Files implements runtimes.Egress.
-func (s *Sandbox) Files() map[string][]byte {
+func (s *Controller) Files() map[string][]byte {
 	f := map[string][]byte{
 		resolvConfPath: []byte("# hybox: the sandbox's resolver applies its egress policy\nnameserver 127.0.0.53\noptions edns0\n"),
 	}
@@ -558,7 +558,7 @@ func (s *Sandbox) Files() map[string][]byte {
 }
 
 // Env implements runtimes.Egress.
-func (s *Sandbox) Env() map[string]string {
+func (s *Controller) Env() map[string]string {
 	if s.ca == nil {
 		return nil
 	}

@@ -171,7 +171,7 @@ func newEnv(t testing.TB) *env {
 }
 
 // sandbox returns a controller for cfg, closed when t ends.
-func (e *env) sandbox(t testing.TB, cfg Config) *Sandbox {
+func (e *env) sandbox(t testing.TB, cfg Config) *Controller {
 	t.Helper()
 	s, err := e.m.New("test", cfg)
 	require.NoError(t, err)
@@ -180,7 +180,7 @@ func (e *env) sandbox(t testing.TB, cfg Config) *Sandbox {
 }
 
 // get makes a GET through s and returns the response with its body read.
-func get(t testing.TB, s *Sandbox, rawURL string) (*http.Response, string, error) {
+func get(t testing.TB, s *Controller, rawURL string) (*http.Response, string, error) {
 	t.Helper()
 	u, err := url.Parse(rawURL)
 	require.NoError(t, err)

@@ -29,7 +29,7 @@ import (
 // one Do per hop, so each hop is decided again and injected separately (a
 // credential never follows a redirect to another host). Secrets echoed in
 // response headers are redacted.
-func (s *Sandbox) Do(req *http.Request) (*http.Response, error) {
+func (s *Controller) Do(req *http.Request) (*http.Response, error) {
 	switch req.URL.Scheme {
 	case "http", "https":
 	default:
@@ -43,7 +43,7 @@ func (s *Sandbox) Do(req *http.Request) (*http.Response, error) {
 
 // newClient is Do's client: a transport whose dials obey the policy,
 // wrapped by the vault's injection.
-func (s *Sandbox) newClient() *http.Client {
+func (s *Controller) newClient() *http.Client {
 	t := &http.Transport{
 		DialContext:           s.dialPolicy,
 		TLSClientConfig:       &tls.Config{RootCAs: s.m.opts.RootCAs, MinVersion: tls.VersionTLS12},
@@ -65,7 +65,7 @@ func (s *Sandbox) newClient() *http.Client {
 // request, so that the client's redirect logic, which copies headers from
 // the original request, never sees them.
 type injectingTransport struct {
-	s    *Sandbox
+	s    *Controller
 	base *http.Transport
 }
 
@@ -110,7 +110,7 @@ func (r *trailerRedactor) Read(p []byte) (int, error) {
 }
 
 // dialPolicy resolves and dials addr only where the policy allows.
-func (s *Sandbox) dialPolicy(ctx context.Context, network, addr string) (net.Conn, error) {
+func (s *Controller) dialPolicy(ctx context.Context, network, addr string) (net.Conn, error) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, err
@@ -135,7 +135,7 @@ func (s *Sandbox) dialPolicy(ctx context.Context, network, addr string) (net.Con
 // until it is closed, so that a policy change can close it.
 type trackedConn struct {
 	net.Conn
-	s    *Sandbox
+	s    *Controller
 	host string
 	addr netip.Addr
 	once sync.Once
@@ -151,7 +151,7 @@ func (c *trackedConn) Close() error {
 }
 
 // track registers c, dialed to addr for host.
-func (s *Sandbox) track(c net.Conn, host string, addr netip.Addr) net.Conn {
+func (s *Controller) track(c net.Conn, host string, addr netip.Addr) net.Conn {
 	tc := &trackedConn{Conn: c, s: s, host: host, addr: addr}
 	s.connMu.Lock()
 	s.conns[tc] = struct{}{}
@@ -161,7 +161,7 @@ func (s *Sandbox) track(c net.Conn, host string, addr netip.Addr) net.Conn {
 
 // cutConns closes Do's open connections that c denies: a request in
 // flight on one fails, as a container's connection does when it is cut.
-func (s *Sandbox) cutConns(c *policy.Compiled) int {
+func (s *Controller) cutConns(c *policy.Compiled) int {
 	var cut []*trackedConn
 	s.connMu.Lock()
 	for tc := range s.conns {
@@ -181,7 +181,7 @@ func (s *Sandbox) cutConns(c *policy.Compiled) int {
 // IP rule denies them (the order a container's firewall applies).
 // Loopback, link-local and unspecified addresses are reached only when a
 // rule allows them explicitly: with no policy they would expose the host.
-func (s *Sandbox) allowedAddrs(ctx context.Context, host string) ([]netip.Addr, error) {
+func (s *Controller) allowedAddrs(ctx context.Context, host string) ([]netip.Addr, error) {
 	c := s.Policy()
 	if ip, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
 		ip = ip.Unmap()
@@ -223,7 +223,7 @@ func (s *Sandbox) allowedAddrs(ctx context.Context, host string) ([]netip.Addr, 
 // no IP rule for ip, an address of a denied name is refused (block.go).
 // Loopback, link-local and unspecified addresses need a rule that allows
 // them explicitly (the name's or the address's).
-func (s *Sandbox) decideDial(c *policy.Compiled, host string, ip netip.Addr) error {
+func (s *Controller) decideDial(c *policy.Compiled, host string, ip netip.Addr) error {
 	ip = ip.Unmap()
 	d := c.Addr(ip)
 	if d.Index < 0 {
@@ -259,7 +259,7 @@ func hostOnly(ip netip.Addr) bool {
 }
 
 // newProxy is the container's transparent credential proxy.
-func (s *Sandbox) newProxy() (*tproxy.Proxy, error) {
+func (s *Controller) newProxy() (*tproxy.Proxy, error) {
 	v := s.vault
 	var d net.Dialer
 	return tproxy.New(tproxy.Config{

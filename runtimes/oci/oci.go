@@ -43,9 +43,14 @@ type Options struct {
 	ExecdBinary string
 	// RuncBinary is the runc binary for "runc" sandboxes ("" = the shim's default).
 	RuncBinary string
-	// RunscBinary runs "runsc" sandboxes through the runc shim: a wrapper
-	// that adds the flags runsc needs ("" = runsc not available).
+	// RunscBinary is gVisor's runsc, built from source by
+	// scripts/containers/build-gvisor.sh ("" = no "runsc" runtime). "runsc"
+	// sandboxes run through gVisor's own shim (containerd-shim-runsc-v1),
+	// which must be on containerd's PATH (containerd.sh puts it there).
 	RunscBinary string
+	// RunscPlatform is gVisor's platform ("" = the first of RunscPlatforms
+	// that works here, found by ProbeRunscPlatform when New runs).
+	RunscPlatform string
 	// CNIPluginDir holds the CNI plugins ("" = no network namespace setup).
 	CNIPluginDir string
 	// Bridge and Subnet of the sandbox network (defaults hybox0, 10.231.0.0/16).
@@ -106,6 +111,12 @@ type Backend struct {
 	client *containerd.Client
 	net    *network
 
+	// runsc is gVisor's configuration (Platform "" = no runsc runtime),
+	// written to runscConfig for the shim.
+	runsc       RunscConfig
+	runscConfig string
+	runscErr    error
+
 	mu   sync.Mutex
 	live map[string]*Sandbox // by id: sandboxes whose exit is watched
 }
@@ -131,7 +142,46 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 		_ = c.Close()
 		return nil, err
 	}
-	return &Backend{opts: opts, client: c, net: n, live: map[string]*Sandbox{}}, nil
+	b := &Backend{opts: opts, client: c, net: n, live: map[string]*Sandbox{}}
+	if opts.RunscBinary != "" {
+		b.runscErr = b.setupRunsc(ctx)
+	}
+	return b, nil
+}
+
+// setupRunsc picks gVisor's platform (probing when none is configured) and
+// writes the shim's config; an error leaves the backend without runsc.
+func (b *Backend) setupRunsc(ctx context.Context) error {
+	platform := b.opts.RunscPlatform
+	if platform == "" {
+		if err := os.MkdirAll(b.opts.StateDir, 0o700); err != nil {
+			return err
+		}
+		p, err := ProbeRunscPlatform(ctx, b.opts.RunscBinary, b.opts.ExecdBinary, b.opts.StateDir, RunscPlatforms)
+		if err != nil {
+			return fmt.Errorf("gVisor (%s) runs on no platform here: %w", b.opts.RunscBinary, err)
+		}
+		platform = p
+	} else if _, err := os.Stat(b.opts.RunscBinary); err != nil {
+		return fmt.Errorf("runsc: %w", err)
+	}
+	cfg := RunscConfig{Binary: b.opts.RunscBinary, Platform: platform}
+	path := filepath.Join(b.opts.StateDir, "runsc.toml")
+	if err := cfg.WriteFile(path); err != nil {
+		return fmt.Errorf("runsc config: %w", err)
+	}
+	b.runsc, b.runscConfig = cfg, path
+	return nil
+}
+
+// Runsc reports gVisor's configuration, or why there is no "runsc"
+// runtime (nil, nil when none was asked for).
+func (b *Backend) Runsc() (*RunscConfig, error) {
+	if b.runsc.Platform == "" {
+		return nil, b.runscErr
+	}
+	cfg := b.runsc
+	return &cfg, nil
 }
 
 // Close closes the containerd connection; containers keep running.
@@ -141,10 +191,10 @@ func (b *Backend) Close() error { return b.client.Close() }
 func (b *Backend) Client() *containerd.Client { return b.client }
 
 // Runtimes returns the runtimes this backend can serve: "runc", and
-// "runsc" when a runsc wrapper is configured.
+// "runsc" when gVisor is configured and works (see [Backend.Runsc]).
 func (b *Backend) Runtimes() []runtimes.Runtime {
 	out := []runtimes.Runtime{&Runtime{b: b, name: "runc", binary: b.opts.RuncBinary}}
-	if b.opts.RunscBinary != "" {
+	if b.runsc.Platform != "" {
 		out = append(out, &Runtime{b: b, name: "runsc", binary: b.opts.RunscBinary})
 	}
 	return out
@@ -162,6 +212,7 @@ type Runtime struct {
 }
 
 var _ runtimes.Runtime = (*Runtime)(nil)
+var _ runtimes.CodeRunner = (*Sandbox)(nil)
 
 // Name is "runc" or "runsc".
 func (r *Runtime) Name() string { return r.name }
@@ -285,19 +336,16 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (_ runtimes.Sa
 	if err != nil {
 		return nil, err
 	}
-	runtimeOpts := &options.Options{}
-	if r.binary != "" {
-		runtimeOpts.BinaryName = r.binary
-	}
+	runtimeOpt := containerd.WithRuntime("io.containerd.runc.v2", &options.Options{BinaryName: r.binary})
 	if r.name == "runsc" {
-		// runsc keeps its own state, apart from runc's.
-		runtimeOpts.Root = "/run/containerd/runsc"
+		runtimeOpt = RunscContainerOpts(r.b.runscConfig)
+		specOpts = append(specOpts, oci.WithAnnotations(RunscSandboxAnnotations()))
 	}
 	c, err := r.b.client.NewContainer(ctx, spec.ID,
 		containerd.WithImage(img),
 		containerd.WithSnapshotter("overlayfs"),
 		containerd.WithNewSnapshot(spec.ID, img),
-		containerd.WithRuntime("io.containerd.runc.v2", runtimeOpts),
+		runtimeOpt,
 		containerd.WithNewSpec(specOpts...),
 		containerd.WithContainerLabels(map[string]string{"hybox.io/runtime": r.name}),
 	)
@@ -305,7 +353,11 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (_ runtimes.Sa
 		return nil, fmt.Errorf("create container: %w", err)
 	}
 	stage("container")
-	task, err := c.NewTask(ctx, cio.LogFile(logPath(spec)))
+	logTo := cio.LogFile(logPath(spec))
+	if r.name == "runsc" {
+		logTo = runscLogFile(logPath(spec))
+	}
+	task, err := c.NewTask(ctx, logTo)
 	if err != nil {
 		return nil, fmt.Errorf("create task (%s): %w", r.name, err)
 	}

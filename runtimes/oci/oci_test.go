@@ -50,10 +50,10 @@ func newBackend(t testing.TB, edit ...func(*oci.Options)) *oci.Backend {
 	sock := ocienv.Containerd(t)
 	ocienv.Image(t, sock)
 	opts := oci.Options{
-		Address:      sock,
-		Namespace:    ocienv.Namespace,
-		ExecdBinary:  buildExecd(t),
-		RunscBinary:  ocienv.RunscWrapper(),
+		Address:     sock,
+		Namespace:   ocienv.Namespace,
+		ExecdBinary: buildExecd(t),
+		RunscBinary: ocienv.Runsc().Binary, RunscPlatform: ocienv.GVisor(t).Platform,
 		CNIPluginDir: "/usr/lib/cni",
 		StateDir:     t.TempDir(),
 	}

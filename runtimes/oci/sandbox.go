@@ -1,7 +1,9 @@
 package oci
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -15,7 +17,11 @@ import (
 
 	containerd "github.com/containerd/containerd/v2/client"
 
+	"github.com/hybox-dev/hybox/execd"
+	"github.com/hybox-dev/hybox/ingress"
 	"github.com/hybox-dev/hybox/runtimes"
+	"github.com/hybox-dev/hybox/sdks/go/api"
+	"github.com/hybox-dev/hybox/sdks/go/errdefs"
 )
 
 // Sandbox is one container sandbox.
@@ -164,9 +170,7 @@ func (s *Sandbox) Execd() http.Handler {
 		paused := s.paused
 		s.mu.Unlock()
 		if paused {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusConflict)
-			_, _ = io.WriteString(w, `{"code":"SANDBOX_PAUSED","message":"the sandbox is paused; resume it first"}`)
+			errdefs.Write(w, runtimes.ErrPaused)
 			return
 		}
 		// Without full duplex, net/http discards the rest of the request
@@ -177,6 +181,37 @@ func (s *Sandbox) Execd() http.Handler {
 	})
 }
 
+// RunCode runs code through hybox-execd over the sandbox's socket and
+// hands its events to sink (runtimes.CodeRunner).
+func (s *Sandbox) RunCode(ctx context.Context, req api.CodeRunRequest, sink execd.Sink) error {
+	s.mu.Lock()
+	paused := s.paused
+	s.mu.Unlock()
+	if paused {
+		return runtimes.ErrPaused
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://execd/code", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	resp, err := s.client.Do(hreq)
+	if err != nil {
+		return fmt.Errorf("%w: hybox-execd in %s: %v", errdefs.ErrUnreachable, s.spec.ID, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		var e api.Error
+		_ = json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&e)
+		return errdefs.FromResponse(resp.StatusCode, &e, "", "")
+	}
+	return api.ReadEvents(resp.Body, sink.Send)
+}
+
 // Proxy reverse-proxies to port on the sandbox's address.
 func (s *Sandbox) Proxy(port int) (http.Handler, error) {
 	if !s.addr.IsValid() {
@@ -185,6 +220,14 @@ func (s *Sandbox) Proxy(port int) (http.Handler, error) {
 	target := &url.URL{Scheme: "http", Host: net.JoinHostPort(s.addr.String(), strconv.Itoa(port))}
 	rp := httputil.NewSingleHostReverseProxy(target)
 	rp.FlushInterval = -1
+	id := s.spec.ID
+	rp.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
+		if r.Context().Err() != nil {
+			return // the client went away
+		}
+		s.r.b.opts.Logger.Debug("sandbox port did not answer", "sandbox", id, "port", port, "err", err)
+		ingress.WriteError(w, &ingress.PortUnreachableError{Sandbox: id, Port: port})
+	}
 	return rp, nil
 }
 

@@ -12,7 +12,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"net/http"
 	"os"
@@ -27,6 +26,8 @@ import (
 	"github.com/hybox-dev/hybox/runtimes"
 	"github.com/hybox-dev/hybox/runtimes/wasm/engine"
 	"github.com/hybox-dev/hybox/runtimes/wasm/wsh"
+	"github.com/hybox-dev/hybox/sdks/go/api"
+	"github.com/hybox-dev/hybox/sdks/go/errdefs"
 )
 
 // Guest runs one interpreter language: persistent contexts and one-shot
@@ -76,6 +77,7 @@ type Runtime struct {
 }
 
 var _ runtimes.Runtime = (*Runtime)(nil)
+var _ runtimes.CodeRunner = (*Sandbox)(nil)
 
 // New returns the backend.
 //
@@ -170,7 +172,7 @@ func (r *Runtime) open(spec runtimes.Spec) (*Sandbox, error) {
 		},
 		Env:              env,
 		MemoryLimitBytes: mem,
-		UnknownHint:      "(this is a wasm sandbox: only python, python3, node and built-in utilities run here; create the sandbox with extensions {\"hybox.io/runtime\":\"runc\"} to run other programs)",
+		UnknownHint:      "(this is a wasm sandbox: only python, python3, node and built-in utilities run here; to run other programs, create the sandbox from a container image with `hybox sandbox create --image IMAGE --runtime runc` (in the API: extensions {\"hybox.io/runtime\":\"runc\"}))",
 	}
 	return s, nil
 }
@@ -227,20 +229,32 @@ func (s *Sandbox) Execd() http.Handler {
 		paused := s.paused
 		s.mu.Unlock()
 		if paused && r.URL.Path != "/ping" {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusConflict)
-			_, _ = io.WriteString(w, `{"code":"SANDBOX_PAUSED","message":"the sandbox is paused; resume it first"}`)
+			errdefs.Write(w, runtimes.ErrPaused)
 			return
 		}
 		h, err := s.handler()
 		if err != nil {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusInternalServerError)
-			_, _ = io.WriteString(w, `{"code":"INTERNAL_ERROR","message":"execd unavailable"}`)
+			errdefs.Write(w, err)
 			return
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// RunCode runs code in the sandbox's contexts without an HTTP request
+// (runtimes.CodeRunner).
+func (s *Sandbox) RunCode(ctx context.Context, req api.CodeRunRequest, sink execd.Sink) error {
+	s.mu.Lock()
+	paused := s.paused
+	s.mu.Unlock()
+	if paused {
+		return runtimes.ErrPaused
+	}
+	h, err := s.handler()
+	if err != nil {
+		return err
+	}
+	return h.RunCode(ctx, req, sink)
 }
 
 // Proxy is not supported: wasm guests have no sockets.

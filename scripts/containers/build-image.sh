@@ -93,6 +93,7 @@ mkdir -p "$(dirname "$out")"
 exec 8>"$out.lock"
 flock 8 # one build at a time; a second caller then finds the cache
 if [ -f "$out" ] && [ "$(cat "$out.inputs" 2>/dev/null)" = "$inputs" ] && [ -z "${HYBOX_IMAGE_REBUILD:-}" ]; then
+	echo "build-image: $out is cached (same inputs); HYBOX_IMAGE_REBUILD=1 or deleting it rebuilds"
 	exit 0
 fi
 

@@ -5,9 +5,134 @@ package api
 
 import (
 	"encoding/json"
-	"fmt"
 	"time"
 )
+
+// Defines values for ErrorCode.
+const (
+	ErrorCodeCONFLICT                ErrorCode = "CONFLICT"
+	ErrorCodeCONTEXTBUSY             ErrorCode = "CONTEXT_BUSY"
+	ErrorCodeCONTEXTNOTFOUND         ErrorCode = "CONTEXT_NOT_FOUND"
+	ErrorCodeCREDENTIALPROXYDISABLED ErrorCode = "CREDENTIAL_PROXY_DISABLED"
+	ErrorCodeFILEEXISTS              ErrorCode = "FILE_EXISTS"
+	ErrorCodeFILENOTFOUND            ErrorCode = "FILE_NOT_FOUND"
+	ErrorCodeFORBIDDEN               ErrorCode = "FORBIDDEN"
+	ErrorCodeIMAGENOTFOUND           ErrorCode = "IMAGE_NOT_FOUND"
+	ErrorCodeINTERNALERROR           ErrorCode = "INTERNAL_ERROR"
+	ErrorCodeINVALIDAPIKEY           ErrorCode = "INVALID_API_KEY"
+	ErrorCodeINVALIDFILEMETADATA     ErrorCode = "INVALID_FILE_METADATA"
+	ErrorCodeINVALIDPATH             ErrorCode = "INVALID_PATH"
+	ErrorCodeINVALIDRANGE            ErrorCode = "INVALID_RANGE"
+	ErrorCodeINVALIDREQUEST          ErrorCode = "INVALID_REQUEST"
+	ErrorCodeINVALIDREQUESTBODY      ErrorCode = "INVALID_REQUEST_BODY"
+	ErrorCodeINVALIDROUTE            ErrorCode = "INVALID_ROUTE"
+	ErrorCodeINVALIDROUTETOKEN       ErrorCode = "INVALID_ROUTE_TOKEN"
+	ErrorCodeINVALIDSTATE            ErrorCode = "INVALID_STATE"
+	ErrorCodeMETHODNOTALLOWED        ErrorCode = "METHOD_NOT_ALLOWED"
+	ErrorCodeMISSINGAPIKEY           ErrorCode = "MISSING_API_KEY"
+	ErrorCodeMISSINGQUERY            ErrorCode = "MISSING_QUERY"
+	ErrorCodeNOTFOUND                ErrorCode = "NOT_FOUND"
+	ErrorCodeNOTSUPPORTED            ErrorCode = "NOT_SUPPORTED"
+	ErrorCodePAYLOADTOOLARGE         ErrorCode = "PAYLOAD_TOO_LARGE"
+	ErrorCodePERMISSIONDENIED        ErrorCode = "PERMISSION_DENIED"
+	ErrorCodeREVISIONCONFLICT        ErrorCode = "REVISION_CONFLICT"
+	ErrorCodeROUTETOKENEXPIRED       ErrorCode = "ROUTE_TOKEN_EXPIRED"
+	ErrorCodeRUNTIMEERROR            ErrorCode = "RUNTIME_ERROR"
+	ErrorCodeSANDBOXNOTFOUND         ErrorCode = "SANDBOX_NOT_FOUND"
+	ErrorCodeSANDBOXPAUSED           ErrorCode = "SANDBOX_PAUSED"
+	ErrorCodeSANDBOXUNREACHABLE      ErrorCode = "SANDBOX_UNREACHABLE"
+	ErrorCodeTIMEOUT                 ErrorCode = "TIMEOUT"
+	ErrorCodeTOOMANYEXECUTIONS       ErrorCode = "TOO_MANY_EXECUTIONS"
+	ErrorCodeUNAUTHORIZED            ErrorCode = "UNAUTHORIZED"
+	ErrorCodeUNAVAILABLE             ErrorCode = "UNAVAILABLE"
+	ErrorCodeUNKNOWNLANGUAGE         ErrorCode = "UNKNOWN_LANGUAGE"
+	ErrorCodeUPGRADEREQUIRED         ErrorCode = "UPGRADE_REQUIRED"
+	ErrorCodeVAULTEXISTS             ErrorCode = "VAULT_EXISTS"
+)
+
+// Valid indicates whether the value is a known member of the ErrorCode enum.
+func (e ErrorCode) Valid() bool {
+	switch e {
+	case ErrorCodeCONFLICT:
+		return true
+	case ErrorCodeCONTEXTBUSY:
+		return true
+	case ErrorCodeCONTEXTNOTFOUND:
+		return true
+	case ErrorCodeCREDENTIALPROXYDISABLED:
+		return true
+	case ErrorCodeFILEEXISTS:
+		return true
+	case ErrorCodeFILENOTFOUND:
+		return true
+	case ErrorCodeFORBIDDEN:
+		return true
+	case ErrorCodeIMAGENOTFOUND:
+		return true
+	case ErrorCodeINTERNALERROR:
+		return true
+	case ErrorCodeINVALIDAPIKEY:
+		return true
+	case ErrorCodeINVALIDFILEMETADATA:
+		return true
+	case ErrorCodeINVALIDPATH:
+		return true
+	case ErrorCodeINVALIDRANGE:
+		return true
+	case ErrorCodeINVALIDREQUEST:
+		return true
+	case ErrorCodeINVALIDREQUESTBODY:
+		return true
+	case ErrorCodeINVALIDROUTE:
+		return true
+	case ErrorCodeINVALIDROUTETOKEN:
+		return true
+	case ErrorCodeINVALIDSTATE:
+		return true
+	case ErrorCodeMETHODNOTALLOWED:
+		return true
+	case ErrorCodeMISSINGAPIKEY:
+		return true
+	case ErrorCodeMISSINGQUERY:
+		return true
+	case ErrorCodeNOTFOUND:
+		return true
+	case ErrorCodeNOTSUPPORTED:
+		return true
+	case ErrorCodePAYLOADTOOLARGE:
+		return true
+	case ErrorCodePERMISSIONDENIED:
+		return true
+	case ErrorCodeREVISIONCONFLICT:
+		return true
+	case ErrorCodeROUTETOKENEXPIRED:
+		return true
+	case ErrorCodeRUNTIMEERROR:
+		return true
+	case ErrorCodeSANDBOXNOTFOUND:
+		return true
+	case ErrorCodeSANDBOXPAUSED:
+		return true
+	case ErrorCodeSANDBOXUNREACHABLE:
+		return true
+	case ErrorCodeTIMEOUT:
+		return true
+	case ErrorCodeTOOMANYEXECUTIONS:
+		return true
+	case ErrorCodeUNAUTHORIZED:
+		return true
+	case ErrorCodeUNAVAILABLE:
+		return true
+	case ErrorCodeUNKNOWNLANGUAGE:
+		return true
+	case ErrorCodeUPGRADEREQUIRED:
+		return true
+	case ErrorCodeVAULTEXISTS:
+		return true
+	default:
+		return false
+	}
+}
 
 // Defines values for EventType.
 const (
@@ -48,27 +173,6 @@ func (e EventType) Valid() bool {
 	}
 }
 
-// Defines values for ExtensionsHyboxIoruntime.
-const (
-	ExtensionsHyboxIoruntimeRunc  ExtensionsHyboxIoruntime = "runc"
-	ExtensionsHyboxIoruntimeRunsc ExtensionsHyboxIoruntime = "runsc"
-	ExtensionsHyboxIoruntimeWasm  ExtensionsHyboxIoruntime = "wasm"
-)
-
-// Valid indicates whether the value is a known member of the ExtensionsHyboxIoruntime enum.
-func (e ExtensionsHyboxIoruntime) Valid() bool {
-	switch e {
-	case ExtensionsHyboxIoruntimeRunc:
-		return true
-	case ExtensionsHyboxIoruntimeRunsc:
-		return true
-	case ExtensionsHyboxIoruntimeWasm:
-		return true
-	default:
-		return false
-	}
-}
-
 // Defines values for FileInfoType.
 const (
 	FileInfoTypeDirectory FileInfoType = "directory"
@@ -102,42 +206,6 @@ const (
 func (e HealthStatus) Valid() bool {
 	switch e {
 	case HealthStatusHealthy:
-		return true
-	default:
-		return false
-	}
-}
-
-// Defines values for NetworkPolicyDefaultAction.
-const (
-	NetworkPolicyDefaultActionAllow NetworkPolicyDefaultAction = "allow"
-	NetworkPolicyDefaultActionDeny  NetworkPolicyDefaultAction = "deny"
-)
-
-// Valid indicates whether the value is a known member of the NetworkPolicyDefaultAction enum.
-func (e NetworkPolicyDefaultAction) Valid() bool {
-	switch e {
-	case NetworkPolicyDefaultActionAllow:
-		return true
-	case NetworkPolicyDefaultActionDeny:
-		return true
-	default:
-		return false
-	}
-}
-
-// Defines values for NetworkPolicyEgressAction.
-const (
-	NetworkPolicyEgressActionAllow NetworkPolicyEgressAction = "allow"
-	NetworkPolicyEgressActionDeny  NetworkPolicyEgressAction = "deny"
-)
-
-// Valid indicates whether the value is a known member of the NetworkPolicyEgressAction enum.
-func (e NetworkPolicyEgressAction) Valid() bool {
-	switch e {
-	case NetworkPolicyEgressActionAllow:
-		return true
-	case NetworkPolicyEgressActionDeny:
 		return true
 	default:
 		return false
@@ -192,6 +260,141 @@ func (e PlatformOs) Valid() bool {
 	}
 }
 
+// Defines values for PolicyAction.
+const (
+	PolicyActionAllow PolicyAction = "allow"
+	PolicyActionDeny  PolicyAction = "deny"
+)
+
+// Valid indicates whether the value is a known member of the PolicyAction enum.
+func (e PolicyAction) Valid() bool {
+	switch e {
+	case PolicyActionAllow:
+		return true
+	case PolicyActionDeny:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PolicyStatusEnforcementMode.
+const (
+	PolicyStatusEnforcementModeDNSNft PolicyStatusEnforcementMode = "dns+nft"
+	PolicyStatusEnforcementModeHost   PolicyStatusEnforcementMode = "host"
+)
+
+// Valid indicates whether the value is a known member of the PolicyStatusEnforcementMode enum.
+func (e PolicyStatusEnforcementMode) Valid() bool {
+	switch e {
+	case PolicyStatusEnforcementModeDNSNft:
+		return true
+	case PolicyStatusEnforcementModeHost:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PolicyStatusMode.
+const (
+	PolicyStatusModeAllowAll  PolicyStatusMode = "allow_all"
+	PolicyStatusModeDenyAll   PolicyStatusMode = "deny_all"
+	PolicyStatusModeEnforcing PolicyStatusMode = "enforcing"
+)
+
+// Valid indicates whether the value is a known member of the PolicyStatusMode enum.
+func (e PolicyStatusMode) Valid() bool {
+	switch e {
+	case PolicyStatusModeAllowAll:
+		return true
+	case PolicyStatusModeDenyAll:
+		return true
+	case PolicyStatusModeEnforcing:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PolicyStatusStatus.
+const (
+	PolicyStatusStatusOk PolicyStatusStatus = "ok"
+)
+
+// Valid indicates whether the value is a known member of the PolicyStatusStatus enum.
+func (e PolicyStatusStatus) Valid() bool {
+	switch e {
+	case PolicyStatusStatusOk:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PtyClientMessageType.
+const (
+	PtyClientMessageTypePing   PtyClientMessageType = "ping"
+	PtyClientMessageTypeResize PtyClientMessageType = "resize"
+	PtyClientMessageTypeSignal PtyClientMessageType = "signal"
+	PtyClientMessageTypeStdin  PtyClientMessageType = "stdin"
+)
+
+// Valid indicates whether the value is a known member of the PtyClientMessageType enum.
+func (e PtyClientMessageType) Valid() bool {
+	switch e {
+	case PtyClientMessageTypePing:
+		return true
+	case PtyClientMessageTypeResize:
+		return true
+	case PtyClientMessageTypeSignal:
+		return true
+	case PtyClientMessageTypeStdin:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PtyServerMessageMode.
+const (
+	PtyServerMessageModePty PtyServerMessageMode = "pty"
+)
+
+// Valid indicates whether the value is a known member of the PtyServerMessageMode enum.
+func (e PtyServerMessageMode) Valid() bool {
+	switch e {
+	case PtyServerMessageModePty:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PtyServerMessageType.
+const (
+	PtyServerMessageTypeConnected PtyServerMessageType = "connected"
+	PtyServerMessageTypeError     PtyServerMessageType = "error"
+	PtyServerMessageTypeExit      PtyServerMessageType = "exit"
+	PtyServerMessageTypePong      PtyServerMessageType = "pong"
+)
+
+// Valid indicates whether the value is a known member of the PtyServerMessageType enum.
+func (e PtyServerMessageType) Valid() bool {
+	switch e {
+	case PtyServerMessageTypeConnected:
+		return true
+	case PtyServerMessageTypeError:
+		return true
+	case PtyServerMessageTypeExit:
+		return true
+	case PtyServerMessageTypePong:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for SandboxState.
 const (
 	SandboxStateFailed     SandboxState = "Failed"
@@ -228,6 +431,33 @@ func (e SandboxState) Valid() bool {
 	}
 }
 
+// Defines values for VaultAuthType.
+const (
+	VaultAuthTypeAPIKey        VaultAuthType = "apiKey"
+	VaultAuthTypeBasic         VaultAuthType = "basic"
+	VaultAuthTypeBearer        VaultAuthType = "bearer"
+	VaultAuthTypeCustomHeaders VaultAuthType = "customHeaders"
+	VaultAuthTypePassthrough   VaultAuthType = "passthrough"
+)
+
+// Valid indicates whether the value is a known member of the VaultAuthType enum.
+func (e VaultAuthType) Valid() bool {
+	switch e {
+	case VaultAuthTypeAPIKey:
+		return true
+	case VaultAuthTypeBasic:
+		return true
+	case VaultAuthTypeBearer:
+		return true
+	case VaultAuthTypeCustomHeaders:
+		return true
+	case VaultAuthTypePassthrough:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ExecdAttachPtyParamsUpgrade.
 const (
 	ExecdAttachPtyParamsUpgradeWebsocket ExecdAttachPtyParamsUpgrade = "websocket"
@@ -246,7 +476,7 @@ func (e ExecdAttachPtyParamsUpgrade) Valid() bool {
 // CodeContext defines model for CodeContext.
 type CodeContext struct {
 	Cwd string `json:"cwd,omitempty,omitzero"`
-	Id  string `json:"id"`
+	ID  string `json:"id"`
 
 	// Language A code language. hybox normalises aliases (`python3`, `py` → `python`; `js`, `node`,
 	// `nodejs` → `javascript`; `ts` → `typescript`; `sh`, `shell`, `command` → `bash`). Which
@@ -270,20 +500,25 @@ type CodeContextRequest struct {
 	Language Language `json:"language"`
 }
 
+// CodeRunContext The context to run in; without `id`, the default context of `language`.
+type CodeRunContext struct {
+	ID string `json:"id,omitempty,omitzero"`
+
+	// Language A code language. hybox normalises aliases (`python3`, `py` → `python`; `js`, `node`,
+	// `nodejs` → `javascript`; `ts` → `typescript`; `sh`, `shell`, `command` → `bash`). Which
+	// ones run depends on the sandbox: wasm sandboxes run `python`, `javascript` and `bash`.
+	//
+	//
+	// Examples: python, javascript, typescript, bash
+	Language Language `json:"language,omitempty,omitzero"`
+}
+
 // CodeRunRequest defines model for CodeRunRequest.
 type CodeRunRequest struct {
-	Code    string `json:"code"`
-	Context struct {
-		Id string `json:"id,omitempty,omitzero"`
+	Code *string `json:"code"`
 
-		// Language A code language. hybox normalises aliases (`python3`, `py` → `python`; `js`, `node`,
-		// `nodejs` → `javascript`; `ts` → `typescript`; `sh`, `shell`, `command` → `bash`). Which
-		// ones run depends on the sandbox: wasm sandboxes run `python`, `javascript` and `bash`.
-		//
-		//
-		// Examples: python, javascript, typescript, bash
-		Language Language `json:"language,omitempty,omitzero"`
-	} `json:"context,omitempty,omitzero"`
+	// Context The context to run in; without `id`, the default context of `language`.
+	Context CodeRunContext `json:"context,omitempty,omitzero"`
 
 	// Language A code language. hybox normalises aliases (`python3`, `py` → `python`; `js`, `node`,
 	// `nodejs` → `javascript`; `ts` → `typescript`; `sh`, `shell`, `command` → `bash`). Which
@@ -311,14 +546,14 @@ type CommandRequest struct {
 	Cwd     string            `json:"cwd,omitempty,omitzero"`
 	Envs    map[string]string `json:"envs,omitempty,omitzero"`
 
-	// Gid Container sandboxes only.
-	Gid int `json:"gid,omitempty,omitzero"`
+	// GID Container sandboxes only.
+	GID *int `json:"gid,omitempty"`
 
 	// Timeout Milliseconds; 0 or absent = the default (10 minutes; background commands run up to the maximum, 24 hours).
 	Timeout int64 `json:"timeout,omitempty,omitzero"`
 
-	// Uid Container sandboxes only.
-	Uid int `json:"uid,omitempty,omitzero"`
+	// UID Container sandboxes only.
+	UID *int `json:"uid,omitempty"`
 }
 
 // CommandStatus defines model for CommandStatus.
@@ -330,7 +565,7 @@ type CommandStatus struct {
 	Error      string     `json:"error,omitempty,omitzero"`
 	ExitCode   *int       `json:"exit_code"`
 	FinishedAt *time.Time `json:"finished_at"`
-	Id         string     `json:"id"`
+	ID         string     `json:"id"`
 	Running    bool       `json:"running"`
 	StartedAt  time.Time  `json:"started_at"`
 }
@@ -340,7 +575,7 @@ type CreateSandboxRequest struct {
 	// CredentialProxy With `enabled`, outbound requests to hosts bound in the sandbox's credential vault get their
 	// credentials injected by the server (docs/egress.md). Needs a `networkPolicy` and a server
 	// vault key.
-	CredentialProxy CredentialProxy `json:"credentialProxy,omitempty,omitzero"`
+	CredentialProxy *CredentialProxy `json:"credentialProxy,omitempty"`
 
 	// Entrypoint The main process of a container sandbox; echoed back for every runtime.
 	Entrypoint []string `json:"entrypoint,omitempty,omitzero"`
@@ -362,18 +597,18 @@ type CreateSandboxRequest struct {
 	// NetworkPolicy The sandbox's egress policy (docs/egress.md). Rules are checked in order and the first whose
 	// target matches decides; otherwise `defaultAction` (unset = deny). Without a policy a sandbox
 	// is unrestricted. Changed while the sandbox runs through the egress API on the endpoint for
-	// port 18080.
-	NetworkPolicy NetworkPolicy `json:"networkPolicy,omitempty,omitzero"`
-	Platform      Platform      `json:"platform,omitempty,omitzero"`
+	// port 18080. At most 4096 rules.
+	NetworkPolicy *NetworkPolicy `json:"networkPolicy,omitempty"`
+	Platform      Platform       `json:"platform,omitempty,omitzero"`
 
 	// ResourceLimits `cpu` (`500m`, `2`) and `memory` (`512Mi`, `1Gi`) are applied; other keys are stored.
-	ResourceLimits CreateSandboxRequest_ResourceLimits `json:"resourceLimits,omitempty,omitzero"`
+	ResourceLimits map[string]string `json:"resourceLimits,omitempty,omitzero"`
 
 	// SecureAccess Accepted for compatibility; hybox's proxy always requires a credential.
 	SecureAccess bool `json:"secureAccess,omitempty,omitzero"`
 
-	// SnapshotId Accepted by the protocol; hybox answers 400 `NOT_SUPPORTED`.
-	SnapshotId string `json:"snapshotId,omitempty,omitzero"`
+	// SnapshotID Accepted by the protocol; hybox answers 400 `NOT_SUPPORTED`.
+	SnapshotID string `json:"snapshotId,omitempty,omitzero"`
 
 	// Timeout Seconds until the sandbox expires and is deleted: at least 60 and at most the
 	// server's maximum (7 days by default). Absent or null: no expiry, and no `expiresAt`.
@@ -381,18 +616,20 @@ type CreateSandboxRequest struct {
 	Volumes []Volume `json:"volumes,omitempty,omitzero"`
 }
 
-// CreateSandboxRequest_ResourceLimits `cpu` (`500m`, `2`) and `memory` (`512Mi`, `1Gi`) are applied; other keys are stored.
-type CreateSandboxRequest_ResourceLimits struct {
-	Cpu                  string            `json:"cpu,omitempty,omitzero"`
-	Memory               string            `json:"memory,omitempty,omitzero"`
-	AdditionalProperties map[string]string `json:"-"`
-}
-
 // CredentialProxy With `enabled`, outbound requests to hosts bound in the sandbox's credential vault get their
 // credentials injected by the server (docs/egress.md). Needs a `networkPolicy` and a server
 // vault key.
 type CredentialProxy struct {
 	Enabled bool `json:"enabled,omitempty,omitzero"`
+}
+
+// EgressRule defines model for EgressRule.
+type EgressRule struct {
+	Action PolicyAction `json:"action"`
+
+	// Target An exact name (`example.com`), a wildcard (`*.example.com`: subdomains at any depth,
+	// not the apex), an IPv4 or IPv6 address, or a CIDR. Case and a trailing dot are ignored.
+	Target string `json:"target"`
 }
 
 // Endpoint defines model for Endpoint.
@@ -404,26 +641,104 @@ type Endpoint struct {
 	Headers map[string]string `json:"headers"`
 }
 
-// Error Every error body. Codes of the lifecycle API: `MISSING_API_KEY`, `INVALID_API_KEY`,
-// `INVALID_REQUEST`, `NOT_SUPPORTED`, `SANDBOX_NOT_FOUND`, `INVALID_STATE`,
-// `PAYLOAD_TOO_LARGE`, `UNAVAILABLE`, `NOT_FOUND` (no route), `METHOD_NOT_ALLOWED`,
-// `INTERNAL_ERROR`. Of the proxy and ingress: `INVALID_ROUTE`, `UNAUTHORIZED`,
-// `INVALID_ROUTE_TOKEN`, `ROUTE_TOKEN_EXPIRED`, `FORBIDDEN`, `SANDBOX_NOT_FOUND`,
-// `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
-// `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
-// `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `METHOD_NOT_ALLOWED`, `NOT_SUPPORTED`,
-// `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
-// sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
+// Error Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
+// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
+// 5xx answer never carries internal details: its message is fixed, and the details are in
+// the server's log under the request's `X-Request-ID`.
 type Error struct {
-	// Code Examples: SANDBOX_NOT_FOUND, INVALID_REQUEST_BODY
-	Code    string `json:"code"`
-	Message string `json:"message"`
+	// Code The wire codes, each with its one HTTP status:
+	//
+	// | code | status | meaning |
+	// |---|---|---|
+	// | `INVALID_REQUEST` | 400 | The request (body, parameter or query) is invalid; the message names the field. |
+	// | `INVALID_REQUEST_BODY` | 400 | execd: the JSON body is malformed or one of its fields is invalid. |
+	// | `MISSING_QUERY` | 400 | execd: a required query parameter is missing. |
+	// | `INVALID_PATH` | 400 | execd: a path is malformed or leaves the sandbox's filesystem. |
+	// | `INVALID_FILE_METADATA` | 400 | execd: an upload's `metadata` part is missing or invalid. |
+	// | `UNKNOWN_LANGUAGE` | 400 | execd: no interpreter for that language in this sandbox. |
+	// | `INVALID_ROUTE` | 400 | ingress: the `<sandbox-id>-<port>` target is malformed. |
+	// | `NOT_SUPPORTED` | 400 | The sandbox's runtime (or this server) cannot do that; the message names what can. |
+	// | `MISSING_API_KEY` | 401 | The `OPEN-SANDBOX-API-KEY` header is missing. |
+	// | `INVALID_API_KEY` | 401 | The API key is not valid. |
+	// | `UNAUTHORIZED` | 401 | No valid credential for a sandbox route (API key, sandbox token, egress token). |
+	// | `INVALID_ROUTE_TOKEN` | 401 | A signed route token is malformed or its signature is wrong. |
+	// | `ROUTE_TOKEN_EXPIRED` | 401 | A signed route token has expired. |
+	// | `FORBIDDEN` | 403 | The credential is valid but does not allow this route. |
+	// | `PERMISSION_DENIED` | 403 | execd: the filesystem refused the operation. |
+	// | `NOT_FOUND` | 404 | No such route (or, in the egress API, no such credential or binding). |
+	// | `SANDBOX_NOT_FOUND` | 404 | No sandbox with that id. |
+	// | `FILE_NOT_FOUND` | 404 | execd: no such file or directory. |
+	// | `CONTEXT_NOT_FOUND` | 404 | execd: no code context with that id. |
+	// | `IMAGE_NOT_FOUND` | 404 | No such image. |
+	// | `METHOD_NOT_ALLOWED` | 405 | The path exists but not with that method. |
+	// | `CONFLICT` | 409 | The request conflicts with the object's current state. |
+	// | `INVALID_STATE` | 409 | The sandbox is not in a state that allows the operation (for example resume of a running sandbox). |
+	// | `SANDBOX_PAUSED` | 409 | execd: the sandbox is paused; only `/ping` answers until it is resumed. |
+	// | `CONTEXT_BUSY` | 409 | execd: the context (or session) is running another execution. |
+	// | `FILE_EXISTS` | 409 | execd: the destination exists. |
+	// | `VAULT_EXISTS` | 409 | The credential vault exists already: PATCH it, or DELETE it first. |
+	// | `REVISION_CONFLICT` | 409 | The vault's revision is not the `expectedRevision` of the patch. |
+	// | `CREDENTIAL_PROXY_DISABLED` | 409 | The sandbox was created without `credentialProxy.enabled`. |
+	// | `PAYLOAD_TOO_LARGE` | 413 | The body or an upload exceeds the server's cap. |
+	// | `INVALID_RANGE` | 416 | execd: the `Range` cannot be satisfied by the file. |
+	// | `UPGRADE_REQUIRED` | 426 | execd: a WebSocket handshake with a version other than 13. |
+	// | `TOO_MANY_EXECUTIONS` | 429 | Too many executions at once on this server; retry after `Retry-After` seconds. |
+	// | `INTERNAL_ERROR` | 500 | A failure inside the server; the message is fixed and the details are logged. |
+	// | `SANDBOX_UNREACHABLE` | 502 | The sandbox's port (or its execd) did not answer. |
+	// | `RUNTIME_ERROR` | 503 | execd: the sandbox's filesystem is not available. |
+	// | `UNAVAILABLE` | 503 | The runtime, the sandbox or a server part this request needs is not available now. |
+	// | `TIMEOUT` | 504 | The operation did not finish in time. |
+	Code    ErrorCode `json:"code"`
+	Message string    `json:"message"`
 }
+
+// ErrorCode The wire codes, each with its one HTTP status:
+//
+// | code | status | meaning |
+// |---|---|---|
+// | `INVALID_REQUEST` | 400 | The request (body, parameter or query) is invalid; the message names the field. |
+// | `INVALID_REQUEST_BODY` | 400 | execd: the JSON body is malformed or one of its fields is invalid. |
+// | `MISSING_QUERY` | 400 | execd: a required query parameter is missing. |
+// | `INVALID_PATH` | 400 | execd: a path is malformed or leaves the sandbox's filesystem. |
+// | `INVALID_FILE_METADATA` | 400 | execd: an upload's `metadata` part is missing or invalid. |
+// | `UNKNOWN_LANGUAGE` | 400 | execd: no interpreter for that language in this sandbox. |
+// | `INVALID_ROUTE` | 400 | ingress: the `<sandbox-id>-<port>` target is malformed. |
+// | `NOT_SUPPORTED` | 400 | The sandbox's runtime (or this server) cannot do that; the message names what can. |
+// | `MISSING_API_KEY` | 401 | The `OPEN-SANDBOX-API-KEY` header is missing. |
+// | `INVALID_API_KEY` | 401 | The API key is not valid. |
+// | `UNAUTHORIZED` | 401 | No valid credential for a sandbox route (API key, sandbox token, egress token). |
+// | `INVALID_ROUTE_TOKEN` | 401 | A signed route token is malformed or its signature is wrong. |
+// | `ROUTE_TOKEN_EXPIRED` | 401 | A signed route token has expired. |
+// | `FORBIDDEN` | 403 | The credential is valid but does not allow this route. |
+// | `PERMISSION_DENIED` | 403 | execd: the filesystem refused the operation. |
+// | `NOT_FOUND` | 404 | No such route (or, in the egress API, no such credential or binding). |
+// | `SANDBOX_NOT_FOUND` | 404 | No sandbox with that id. |
+// | `FILE_NOT_FOUND` | 404 | execd: no such file or directory. |
+// | `CONTEXT_NOT_FOUND` | 404 | execd: no code context with that id. |
+// | `IMAGE_NOT_FOUND` | 404 | No such image. |
+// | `METHOD_NOT_ALLOWED` | 405 | The path exists but not with that method. |
+// | `CONFLICT` | 409 | The request conflicts with the object's current state. |
+// | `INVALID_STATE` | 409 | The sandbox is not in a state that allows the operation (for example resume of a running sandbox). |
+// | `SANDBOX_PAUSED` | 409 | execd: the sandbox is paused; only `/ping` answers until it is resumed. |
+// | `CONTEXT_BUSY` | 409 | execd: the context (or session) is running another execution. |
+// | `FILE_EXISTS` | 409 | execd: the destination exists. |
+// | `VAULT_EXISTS` | 409 | The credential vault exists already: PATCH it, or DELETE it first. |
+// | `REVISION_CONFLICT` | 409 | The vault's revision is not the `expectedRevision` of the patch. |
+// | `CREDENTIAL_PROXY_DISABLED` | 409 | The sandbox was created without `credentialProxy.enabled`. |
+// | `PAYLOAD_TOO_LARGE` | 413 | The body or an upload exceeds the server's cap. |
+// | `INVALID_RANGE` | 416 | execd: the `Range` cannot be satisfied by the file. |
+// | `UPGRADE_REQUIRED` | 426 | execd: a WebSocket handshake with a version other than 13. |
+// | `TOO_MANY_EXECUTIONS` | 429 | Too many executions at once on this server; retry after `Retry-After` seconds. |
+// | `INTERNAL_ERROR` | 500 | A failure inside the server; the message is fixed and the details are logged. |
+// | `SANDBOX_UNREACHABLE` | 502 | The sandbox's port (or its execd) did not answer. |
+// | `RUNTIME_ERROR` | 503 | execd: the sandbox's filesystem is not available. |
+// | `UNAVAILABLE` | 503 | The runtime, the sandbox or a server part this request needs is not available now. |
+// | `TIMEOUT` | 504 | The operation did not finish in time. |
+type ErrorCode string
 
 // Event One event of a command or code stream.
 type Event struct {
-	Error ExecError `json:"error,omitempty,omitzero"`
+	Error *ExecError `json:"error,omitempty"`
 
 	// ExecutionCount The context's execution counter (code runs); absent when 0.
 	ExecutionCount int `json:"execution_count,omitempty,omitzero"`
@@ -450,13 +765,13 @@ type EventType string
 
 // ExecError defines model for ExecError.
 type ExecError struct {
-	// Ename The exception's name; `CommandExecError` for a command that exited non-zero (or was
+	// EName The exception's name; `CommandExecError` for a command that exited non-zero (or was
 	// stopped), `TimeoutError`, `KeyboardInterrupt`, `OutputLimitExceeded` and
 	// `RuntimeError` for executions hybox stopped.
-	Ename string `json:"ename"`
+	EName string `json:"ename"`
 
-	// Evalue The exception's value; for `CommandExecError` the exit code as a string.
-	Evalue    string   `json:"evalue"`
+	// EValue The exception's value; for `CommandExecError` the exit code as a string.
+	EValue    string   `json:"evalue"`
 	Traceback []string `json:"traceback"`
 }
 
@@ -464,13 +779,7 @@ type ExecError struct {
 // picks the runtime: `wasm` (in-process WebAssembly: python, javascript, bash built-ins;
 // no ports, no PTY, no host volumes), `runc` (OCI container) or `runsc` (OCI container
 // under gVisor). An unknown or unavailable runtime is a 400.
-type Extensions struct {
-	HyboxIoruntime       ExtensionsHyboxIoruntime `json:"hybox.io/runtime,omitempty,omitzero"`
-	AdditionalProperties map[string]string        `json:"-"`
-}
-
-// ExtensionsHyboxIoruntime defines model for Extensions.HyboxIoruntime.
-type ExtensionsHyboxIoruntime string
+type Extensions = map[string]string
 
 // FileInfo defines model for FileInfo.
 type FileInfo struct {
@@ -495,7 +804,7 @@ type FileInfoType string
 // includes setuid. A string of digits is accepted too; 0 or null means "not given".
 //
 // Examples: 644, 755
-type FileMode = json.RawMessage
+type FileMode = Mode
 
 // Health defines model for Health.
 type Health struct {
@@ -529,12 +838,12 @@ type ImageSpec struct {
 	// Auth Registry credentials for pulling the image. Never returned.
 	Auth ImageAuth `json:"auth,omitempty,omitzero"`
 
-	// Uri An image reference (`python:3.12`, `docker.io/library/node:22`) or a wasm image
+	// URI An image reference (`python:3.12`, `docker.io/library/node:22`) or a wasm image
 	// (`wasm://default`).
 	//
 	//
 	// Examples: wasm://default, python:3.12
-	Uri string `json:"uri"`
+	URI string `json:"uri"`
 }
 
 // Language A code language. hybox normalises aliases (`python3`, `py` → `python`; `js`, `node`,
@@ -552,27 +861,24 @@ type ListSandboxesResponse struct {
 
 // Metadata User labels. Keys are non-empty, at most 253 characters, and may not start with the
 // reserved prefix `opensandbox.io/`.
-type Metadata map[string]string
+type Metadata = map[string]string
 
 // MetadataPatch A string sets a key; null deletes it. Keys are as in `Metadata`.
 type MetadataPatch = map[string]*string
 
 // Metrics defines model for Metrics.
 type Metrics struct {
-	CpuCount    float32 `json:"cpu_count"`
-	CpuUsedPct  float32 `json:"cpu_used_pct"`
-	MemTotalMib float32 `json:"mem_total_mib"`
-	MemUsedMib  float32 `json:"mem_used_mib"`
+	CPUCount    float64 `json:"cpu_count"`
+	CPUUsedPct  float64 `json:"cpu_used_pct"`
+	MemTotalMiB float64 `json:"mem_total_mib"`
+	MemUsedMiB  float64 `json:"mem_used_mib"`
 
 	// Timestamp Unix time in milliseconds.
 	Timestamp int64 `json:"timestamp"`
 }
 
 // MimeBundle A value by MIME type; `text/plain` is sent as `text`.
-type MimeBundle struct {
-	Text                 string            `json:"text,omitempty,omitzero"`
-	AdditionalProperties map[string]string `json:"-"`
-}
+type MimeBundle = map[string]string
 
 // MoveItem defines model for MoveItem.
 type MoveItem struct {
@@ -583,22 +889,11 @@ type MoveItem struct {
 // NetworkPolicy The sandbox's egress policy (docs/egress.md). Rules are checked in order and the first whose
 // target matches decides; otherwise `defaultAction` (unset = deny). Without a policy a sandbox
 // is unrestricted. Changed while the sandbox runs through the egress API on the endpoint for
-// port 18080.
+// port 18080. At most 4096 rules.
 type NetworkPolicy struct {
-	DefaultAction NetworkPolicyDefaultAction `json:"defaultAction,omitempty,omitzero"`
-	Egress        []struct {
-		Action NetworkPolicyEgressAction `json:"action"`
-
-		// Target An exact name, `*.wildcard` (subdomains, not the apex), an IP or a CIDR.
-		Target string `json:"target"`
-	} `json:"egress,omitempty,omitzero"`
+	DefaultAction PolicyAction `json:"defaultAction,omitempty,omitzero"`
+	Egress        []EgressRule `json:"egress,omitzero"`
 }
-
-// NetworkPolicyDefaultAction defines model for NetworkPolicy.DefaultAction.
-type NetworkPolicyDefaultAction string
-
-// NetworkPolicyEgressAction defines model for NetworkPolicy.Egress.Action.
-type NetworkPolicyEgressAction string
 
 // Pagination defines model for Pagination.
 type Pagination struct {
@@ -642,9 +937,62 @@ type PlatformArch string
 // PlatformOs defines model for Platform.Os.
 type PlatformOs string
 
+// PolicyAction defines model for PolicyAction.
+type PolicyAction string
+
+// PolicyStatus The answer of every `/policy` call.
+type PolicyStatus struct {
+	// EnforcementMode `dns+nft`: a container, enforced in its network namespace by the DNS proxy and the
+	// firewall; `host`: a wasm sandbox, whose requests the server makes.
+	EnforcementMode PolicyStatusEnforcementMode `json:"enforcementMode"`
+
+	// Mode `allow_all`: nothing is denied; `deny_all`: nothing is allowed; else `enforcing`.
+	Mode PolicyStatusMode `json:"mode"`
+
+	// Policy The sandbox's egress policy (docs/egress.md). Rules are checked in order and the first whose
+	// target matches decides; otherwise `defaultAction` (unset = deny). Without a policy a sandbox
+	// is unrestricted. Changed while the sandbox runs through the egress API on the endpoint for
+	// port 18080. At most 4096 rules.
+	Policy NetworkPolicy `json:"policy"`
+
+	// Reason Present when the sandbox has no policy (egress unrestricted).
+	Reason string             `json:"reason,omitempty,omitzero"`
+	Status PolicyStatusStatus `json:"status"`
+}
+
+// PolicyStatusEnforcementMode `dns+nft`: a container, enforced in its network namespace by the DNS proxy and the
+// firewall; `host`: a wasm sandbox, whose requests the server makes.
+type PolicyStatusEnforcementMode string
+
+// PolicyStatusMode `allow_all`: nothing is denied; `deny_all`: nothing is allowed; else `enforcing`.
+type PolicyStatusMode string
+
+// PolicyStatusStatus defines model for PolicyStatus.Status.
+type PolicyStatusStatus string
+
+// PtyClientMessage A text (JSON) frame from the client on the PTY WebSocket. Binary frames carry input
+// too: the byte 0x00 followed by the bytes to write.
+type PtyClientMessage struct {
+	// Cols `resize`.
+	Cols int `json:"cols,omitempty,omitzero"`
+
+	// Data `stdin`: the text to write.
+	Data string `json:"data,omitempty,omitzero"`
+
+	// Rows `resize`.
+	Rows int `json:"rows,omitempty,omitzero"`
+
+	// Signal `signal`: a name such as `SIGINT` or `INT`.
+	Signal string               `json:"signal,omitempty,omitzero"`
+	Type   PtyClientMessageType `json:"type"`
+}
+
+// PtyClientMessageType defines model for PtyClientMessage.Type.
+type PtyClientMessageType string
+
 // PtyCreated defines model for PtyCreated.
 type PtyCreated struct {
-	SessionId string `json:"session_id"`
+	SessionID string `json:"session_id"`
 }
 
 // PtyRequest defines model for PtyRequest.
@@ -664,12 +1012,31 @@ type PtyRequest struct {
 	Rows int `json:"rows,omitempty,omitzero"`
 }
 
+// PtyServerMessage A text (JSON) frame from the server on the PTY WebSocket: `connected` first, `pong` for a
+// `ping`, `error` for a client frame it could not use (the terminal goes on), `exit` last. Output travels in binary frames whose first byte is the channel
+// (0x01 stdout, 0x02 stderr, 0x03 replay of what was written before this client attached).
+type PtyServerMessage struct {
+	ExitCode *int `json:"exit_code,omitempty"`
+
+	// Message `error`: what was wrong with the client's frame.
+	Message   string               `json:"message,omitempty,omitzero"`
+	Mode      PtyServerMessageMode `json:"mode,omitempty,omitzero"`
+	SessionID string               `json:"session_id,omitempty,omitzero"`
+	Type      PtyServerMessageType `json:"type"`
+}
+
+// PtyServerMessageMode defines model for PtyServerMessage.Mode.
+type PtyServerMessageMode string
+
+// PtyServerMessageType defines model for PtyServerMessage.Type.
+type PtyServerMessageType string
+
 // PtyStatus defines model for PtyStatus.
 type PtyStatus struct {
 	// ExitCode Present once the program exited.
-	ExitCode  int    `json:"exit_code,omitempty,omitzero"`
+	ExitCode  *int   `json:"exit_code,omitempty"`
 	Running   bool   `json:"running"`
-	SessionId string `json:"session_id"`
+	SessionID string `json:"session_id"`
 }
 
 // PullImageRequest defines model for PullImageRequest.
@@ -702,12 +1069,12 @@ type ReplaceResult struct {
 
 // RunRequest defines model for RunRequest.
 type RunRequest struct {
-	Code     string   `json:"code"`
+	Code     *string  `json:"code"`
 	Language Language `json:"language"`
 
 	// NetworkPolicy Without it the code has no network. With it, the code's HTTP(S) requests (Python's
 	// urllib and http.client, JavaScript's fetch) are made by the host under this policy.
-	NetworkPolicy NetworkPolicy `json:"networkPolicy,omitempty,omitzero"`
+	NetworkPolicy *NetworkPolicy `json:"networkPolicy,omitempty"`
 
 	// TimeoutMs Wall-clock limit in milliseconds; 0 or absent = the server's default (10 minutes).
 	TimeoutMs int64 `json:"timeoutMs,omitempty,omitzero"`
@@ -715,13 +1082,13 @@ type RunRequest struct {
 
 // RunResult defines model for RunResult.
 type RunResult struct {
-	Error ExecError `json:"error"`
+	Error *ExecError `json:"error"`
 
 	// ExecutionTime Milliseconds; 0 when the execution failed.
 	ExecutionTime int64 `json:"executionTime"`
 
-	// Id The execution id.
-	Id      string       `json:"id"`
+	// ID The execution id.
+	ID      string       `json:"id"`
 	Results []MimeBundle `json:"results"`
 	Stderr  string       `json:"stderr"`
 	Stdout  string       `json:"stdout"`
@@ -740,14 +1107,14 @@ type Sandbox struct {
 	// no ports, no PTY, no host volumes), `runc` (OCI container) or `runsc` (OCI container
 	// under gVisor). An unknown or unavailable runtime is a 400.
 	Extensions Extensions `json:"extensions,omitempty,omitzero"`
-	Id         string     `json:"id"`
+	ID         string     `json:"id"`
 	Image      ImageSpec  `json:"image"`
 
 	// Metadata User labels. Keys are non-empty, at most 253 characters, and may not start with the
 	// reserved prefix `opensandbox.io/`.
 	Metadata   Metadata      `json:"metadata"`
 	Platform   Platform      `json:"platform,omitempty,omitzero"`
-	SnapshotId string        `json:"snapshotId,omitempty,omitzero"`
+	SnapshotID string        `json:"snapshotId,omitempty,omitzero"`
 	Status     SandboxStatus `json:"status"`
 }
 
@@ -766,9 +1133,9 @@ type SandboxStatus struct {
 
 // SessionCreated defines model for SessionCreated.
 type SessionCreated struct {
-	// Id The same as `session_id`.
-	Id        string `json:"id"`
-	SessionId string `json:"session_id"`
+	// ID The same as `session_id`.
+	ID        string `json:"id"`
+	SessionID string `json:"session_id"`
 }
 
 // SessionRequest defines model for SessionRequest.
@@ -806,6 +1173,156 @@ type UploadMetadata struct {
 	Path  string   `json:"path"`
 }
 
+// VaultAuth How a bound request is authenticated: `bearer` and `basic` use `credential`; `apiKey`
+// uses `name` (the header) and `credential`; `customHeaders` uses `headers`;
+// `passthrough` none. Every type may carry `substitutions`. `credential` always names a
+// credential of the vault, never a value.
+type VaultAuth struct {
+	Credential    string              `json:"credential,omitempty,omitzero"`
+	Headers       []VaultHeaderEntry  `json:"headers,omitempty,omitzero"`
+	Name          string              `json:"name,omitempty,omitzero"`
+	Substitutions []VaultSubstitution `json:"substitutions,omitempty,omitzero"`
+	Type          VaultAuthType       `json:"type"`
+}
+
+// VaultAuthInfo defines model for VaultAuthInfo.
+type VaultAuthInfo struct {
+	// Name The header name of an `apiKey` binding.
+	Name string `json:"name,omitempty,omitzero"`
+	Type string `json:"type"`
+}
+
+// VaultAuthType defines model for VaultAuthType.
+type VaultAuthType string
+
+// VaultBinding defines model for VaultBinding.
+type VaultBinding struct {
+	// Auth How a bound request is authenticated: `bearer` and `basic` use `credential`; `apiKey`
+	// uses `name` (the header) and `credential`; `customHeaders` uses `headers`;
+	// `passthrough` none. Every type may carry `substitutions`. `credential` always names a
+	// credential of the vault, never a value.
+	Auth VaultAuth `json:"auth"`
+
+	// Match The requests a binding applies to. Empty `schemes` means `["https"]`, empty `methods`
+	// GET, POST, PUT, PATCH and DELETE, empty `paths` `["/*"]`; `ports` add ports to the
+	// scheme's own (443 or 80). A path ending in `*` is a prefix.
+	Match VaultMatch `json:"match"`
+	Name  string     `json:"name"`
+}
+
+// VaultBindingInfo defines model for VaultBindingInfo.
+type VaultBindingInfo struct {
+	Auth *VaultAuthInfo `json:"auth,omitempty"`
+
+	// Match The requests a binding applies to. Empty `schemes` means `["https"]`, empty `methods`
+	// GET, POST, PUT, PATCH and DELETE, empty `paths` `["/*"]`; `ports` add ports to the
+	// scheme's own (443 or 80). A path ending in `*` is a prefix.
+	Match    *VaultMatch `json:"match,omitempty"`
+	Name     string      `json:"name"`
+	Revision int64       `json:"revision"`
+}
+
+// VaultBindingList defines model for VaultBindingList.
+type VaultBindingList struct {
+	Bindings []VaultBindingInfo `json:"bindings"`
+	Revision int64              `json:"revision"`
+}
+
+// VaultBindingMutations defines model for VaultBindingMutations.
+type VaultBindingMutations struct {
+	Add     []VaultBinding `json:"add,omitempty,omitzero"`
+	Delete  []string       `json:"delete,omitempty,omitzero"`
+	Replace []VaultBinding `json:"replace,omitempty,omitzero"`
+}
+
+// VaultCreateRequest defines model for VaultCreateRequest.
+type VaultCreateRequest struct {
+	Bindings    []VaultBinding    `json:"bindings"`
+	Credentials []VaultCredential `json:"credentials"`
+}
+
+// VaultCredential defines model for VaultCredential.
+type VaultCredential struct {
+	Name   string                `json:"name"`
+	Source VaultCredentialSource `json:"source"`
+}
+
+// VaultCredentialInfo defines model for VaultCredentialInfo.
+type VaultCredentialInfo struct {
+	Name       string `json:"name"`
+	Revision   int64  `json:"revision"`
+	SourceType string `json:"sourceType"`
+}
+
+// VaultCredentialList defines model for VaultCredentialList.
+type VaultCredentialList struct {
+	Credentials []VaultCredentialInfo `json:"credentials"`
+	Revision    int64                 `json:"revision"`
+}
+
+// VaultCredentialMutations defines model for VaultCredentialMutations.
+type VaultCredentialMutations struct {
+	Add     []VaultCredential `json:"add,omitempty,omitzero"`
+	Delete  []string          `json:"delete,omitempty,omitzero"`
+	Replace []VaultCredential `json:"replace,omitempty,omitzero"`
+}
+
+// VaultCredentialSource defines model for VaultCredentialSource.
+type VaultCredentialSource struct {
+	// Type Where the value comes from; `inline` (the default) is the only source.
+	Type string `json:"type,omitempty,omitzero"`
+
+	// Value A credential value. Write-only; never returned, logged or printed.
+	Value VaultSecret `json:"value"`
+}
+
+// VaultHeaderEntry defines model for VaultHeaderEntry.
+type VaultHeaderEntry struct {
+	// Credential The name of a credential of the vault.
+	Credential string `json:"credential"`
+	Name       string `json:"name"`
+}
+
+// VaultMatch The requests a binding applies to. Empty `schemes` means `["https"]`, empty `methods`
+// GET, POST, PUT, PATCH and DELETE, empty `paths` `["/*"]`; `ports` add ports to the
+// scheme's own (443 or 80). A path ending in `*` is a prefix.
+type VaultMatch struct {
+	// Hosts Exact names or leftmost wildcards (`*.example.com`).
+	Hosts   []string `json:"hosts"`
+	Methods []string `json:"methods,omitempty,omitzero"`
+	Paths   []string `json:"paths,omitempty,omitzero"`
+	Ports   []int    `json:"ports,omitempty,omitzero"`
+	Schemes []string `json:"schemes,omitempty,omitzero"`
+}
+
+// VaultPatchRequest defines model for VaultPatchRequest.
+type VaultPatchRequest struct {
+	Bindings    *VaultBindingMutations    `json:"bindings,omitempty"`
+	Credentials *VaultCredentialMutations `json:"credentials,omitempty"`
+
+	// ExpectedRevision When given, the patch applies only if the vault is at this revision (409 `REVISION_CONFLICT` otherwise).
+	ExpectedRevision *int64 `json:"expectedRevision,omitempty"`
+}
+
+// VaultSecret A credential value. Write-only; never returned, logged or printed.
+type VaultSecret = Secret
+
+// VaultState A vault as the egress API shows it. Values are never returned.
+type VaultState struct {
+	Bindings    []VaultBindingInfo    `json:"bindings"`
+	Credentials []VaultCredentialInfo `json:"credentials"`
+
+	// Revision 1 when created; each successful patch adds 1.
+	Revision int64 `json:"revision"`
+}
+
+// VaultSubstitution defines model for VaultSubstitution.
+type VaultSubstitution struct {
+	Credential  string   `json:"credential"`
+	In          []string `json:"in"`
+	Placeholder string   `json:"placeholder"`
+}
+
 // Volume defines model for Volume.
 type Volume struct {
 	Host struct {
@@ -818,13 +1335,13 @@ type Volume struct {
 	Name      string `json:"name,omitempty,omitzero"`
 
 	// Pvc Not supported (400 `NOT_SUPPORTED`).
-	Pvc      interface{} `json:"pvc,omitempty,omitzero"`
-	ReadOnly bool        `json:"readOnly,omitempty,omitzero"`
-	SubPath  string      `json:"subPath,omitempty,omitzero"`
+	Pvc      json.RawMessage `json:"pvc,omitempty,omitzero"`
+	ReadOnly bool            `json:"readOnly,omitempty,omitzero"`
+	SubPath  string          `json:"subPath,omitempty,omitzero"`
 }
 
-// ExecdId defines model for ExecdId.
-type ExecdId = string
+// ExecdID defines model for ExecdId.
+type ExecdID = string
 
 // Path defines model for Path.
 type Path = string
@@ -835,299 +1352,142 @@ type Paths = []string
 // Port defines model for Port.
 type Port = int
 
-// SandboxId defines model for SandboxId.
-type SandboxId = string
+// SandboxID defines model for SandboxId.
+type SandboxID = string
 
-// BadRequest Every error body. Codes of the lifecycle API: `MISSING_API_KEY`, `INVALID_API_KEY`,
-// `INVALID_REQUEST`, `NOT_SUPPORTED`, `SANDBOX_NOT_FOUND`, `INVALID_STATE`,
-// `PAYLOAD_TOO_LARGE`, `UNAVAILABLE`, `NOT_FOUND` (no route), `METHOD_NOT_ALLOWED`,
-// `INTERNAL_ERROR`. Of the proxy and ingress: `INVALID_ROUTE`, `UNAUTHORIZED`,
-// `INVALID_ROUTE_TOKEN`, `ROUTE_TOKEN_EXPIRED`, `FORBIDDEN`, `SANDBOX_NOT_FOUND`,
-// `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
-// `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
-// `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `METHOD_NOT_ALLOWED`, `NOT_SUPPORTED`,
-// `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
-// sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
+// VaultName defines model for VaultName.
+type VaultName = string
+
+// BadRequest Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
+// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
+// 5xx answer never carries internal details: its message is fixed, and the details are in
+// the server's log under the request's `X-Request-ID`.
 type BadRequest = Error
 
-// ContextBusy Every error body. Codes of the lifecycle API: `MISSING_API_KEY`, `INVALID_API_KEY`,
-// `INVALID_REQUEST`, `NOT_SUPPORTED`, `SANDBOX_NOT_FOUND`, `INVALID_STATE`,
-// `PAYLOAD_TOO_LARGE`, `UNAVAILABLE`, `NOT_FOUND` (no route), `METHOD_NOT_ALLOWED`,
-// `INTERNAL_ERROR`. Of the proxy and ingress: `INVALID_ROUTE`, `UNAUTHORIZED`,
-// `INVALID_ROUTE_TOKEN`, `ROUTE_TOKEN_EXPIRED`, `FORBIDDEN`, `SANDBOX_NOT_FOUND`,
-// `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
-// `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
-// `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `METHOD_NOT_ALLOWED`, `NOT_SUPPORTED`,
-// `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
-// sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
+// ContextBusy Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
+// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
+// 5xx answer never carries internal details: its message is fixed, and the details are in
+// the server's log under the request's `X-Request-ID`.
 type ContextBusy = Error
 
-// ContextNotFound Every error body. Codes of the lifecycle API: `MISSING_API_KEY`, `INVALID_API_KEY`,
-// `INVALID_REQUEST`, `NOT_SUPPORTED`, `SANDBOX_NOT_FOUND`, `INVALID_STATE`,
-// `PAYLOAD_TOO_LARGE`, `UNAVAILABLE`, `NOT_FOUND` (no route), `METHOD_NOT_ALLOWED`,
-// `INTERNAL_ERROR`. Of the proxy and ingress: `INVALID_ROUTE`, `UNAUTHORIZED`,
-// `INVALID_ROUTE_TOKEN`, `ROUTE_TOKEN_EXPIRED`, `FORBIDDEN`, `SANDBOX_NOT_FOUND`,
-// `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
-// `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
-// `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `METHOD_NOT_ALLOWED`, `NOT_SUPPORTED`,
-// `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
-// sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
+// ContextNotFound Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
+// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
+// 5xx answer never carries internal details: its message is fixed, and the details are in
+// the server's log under the request's `X-Request-ID`.
 type ContextNotFound = Error
 
-// ExecdBadRequest Every error body. Codes of the lifecycle API: `MISSING_API_KEY`, `INVALID_API_KEY`,
-// `INVALID_REQUEST`, `NOT_SUPPORTED`, `SANDBOX_NOT_FOUND`, `INVALID_STATE`,
-// `PAYLOAD_TOO_LARGE`, `UNAVAILABLE`, `NOT_FOUND` (no route), `METHOD_NOT_ALLOWED`,
-// `INTERNAL_ERROR`. Of the proxy and ingress: `INVALID_ROUTE`, `UNAUTHORIZED`,
-// `INVALID_ROUTE_TOKEN`, `ROUTE_TOKEN_EXPIRED`, `FORBIDDEN`, `SANDBOX_NOT_FOUND`,
-// `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
-// `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
-// `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `METHOD_NOT_ALLOWED`, `NOT_SUPPORTED`,
-// `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
-// sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
+// EgressError Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
+// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
+// 5xx answer never carries internal details: its message is fixed, and the details are in
+// the server's log under the request's `X-Request-ID`.
+type EgressError = Error
+
+// ExecdBadRequest Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
+// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
+// 5xx answer never carries internal details: its message is fixed, and the details are in
+// the server's log under the request's `X-Request-ID`.
 type ExecdBadRequest = Error
 
-// ExecdNotFound Every error body. Codes of the lifecycle API: `MISSING_API_KEY`, `INVALID_API_KEY`,
-// `INVALID_REQUEST`, `NOT_SUPPORTED`, `SANDBOX_NOT_FOUND`, `INVALID_STATE`,
-// `PAYLOAD_TOO_LARGE`, `UNAVAILABLE`, `NOT_FOUND` (no route), `METHOD_NOT_ALLOWED`,
-// `INTERNAL_ERROR`. Of the proxy and ingress: `INVALID_ROUTE`, `UNAUTHORIZED`,
-// `INVALID_ROUTE_TOKEN`, `ROUTE_TOKEN_EXPIRED`, `FORBIDDEN`, `SANDBOX_NOT_FOUND`,
-// `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
-// `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
-// `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `METHOD_NOT_ALLOWED`, `NOT_SUPPORTED`,
-// `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
-// sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
+// ExecdNotFound Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
+// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
+// 5xx answer never carries internal details: its message is fixed, and the details are in
+// the server's log under the request's `X-Request-ID`.
 type ExecdNotFound = Error
 
-// ExecdNotSupported Every error body. Codes of the lifecycle API: `MISSING_API_KEY`, `INVALID_API_KEY`,
-// `INVALID_REQUEST`, `NOT_SUPPORTED`, `SANDBOX_NOT_FOUND`, `INVALID_STATE`,
-// `PAYLOAD_TOO_LARGE`, `UNAVAILABLE`, `NOT_FOUND` (no route), `METHOD_NOT_ALLOWED`,
-// `INTERNAL_ERROR`. Of the proxy and ingress: `INVALID_ROUTE`, `UNAUTHORIZED`,
-// `INVALID_ROUTE_TOKEN`, `ROUTE_TOKEN_EXPIRED`, `FORBIDDEN`, `SANDBOX_NOT_FOUND`,
-// `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
-// `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
-// `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `METHOD_NOT_ALLOWED`, `NOT_SUPPORTED`,
-// `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
-// sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
-type ExecdNotSupported = Error
-
-// ExecdUnauthorized Every error body. Codes of the lifecycle API: `MISSING_API_KEY`, `INVALID_API_KEY`,
-// `INVALID_REQUEST`, `NOT_SUPPORTED`, `SANDBOX_NOT_FOUND`, `INVALID_STATE`,
-// `PAYLOAD_TOO_LARGE`, `UNAVAILABLE`, `NOT_FOUND` (no route), `METHOD_NOT_ALLOWED`,
-// `INTERNAL_ERROR`. Of the proxy and ingress: `INVALID_ROUTE`, `UNAUTHORIZED`,
-// `INVALID_ROUTE_TOKEN`, `ROUTE_TOKEN_EXPIRED`, `FORBIDDEN`, `SANDBOX_NOT_FOUND`,
-// `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
-// `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
-// `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `METHOD_NOT_ALLOWED`, `NOT_SUPPORTED`,
-// `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
-// sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
+// ExecdUnauthorized Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
+// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
+// 5xx answer never carries internal details: its message is fixed, and the details are in
+// the server's log under the request's `X-Request-ID`.
 type ExecdUnauthorized = Error
 
-// FileExists Every error body. Codes of the lifecycle API: `MISSING_API_KEY`, `INVALID_API_KEY`,
-// `INVALID_REQUEST`, `NOT_SUPPORTED`, `SANDBOX_NOT_FOUND`, `INVALID_STATE`,
-// `PAYLOAD_TOO_LARGE`, `UNAVAILABLE`, `NOT_FOUND` (no route), `METHOD_NOT_ALLOWED`,
-// `INTERNAL_ERROR`. Of the proxy and ingress: `INVALID_ROUTE`, `UNAUTHORIZED`,
-// `INVALID_ROUTE_TOKEN`, `ROUTE_TOKEN_EXPIRED`, `FORBIDDEN`, `SANDBOX_NOT_FOUND`,
-// `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
-// `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
-// `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `METHOD_NOT_ALLOWED`, `NOT_SUPPORTED`,
-// `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
-// sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
+// FileExists Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
+// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
+// 5xx answer never carries internal details: its message is fixed, and the details are in
+// the server's log under the request's `X-Request-ID`.
 type FileExists = Error
 
-// FileNotFound Every error body. Codes of the lifecycle API: `MISSING_API_KEY`, `INVALID_API_KEY`,
-// `INVALID_REQUEST`, `NOT_SUPPORTED`, `SANDBOX_NOT_FOUND`, `INVALID_STATE`,
-// `PAYLOAD_TOO_LARGE`, `UNAVAILABLE`, `NOT_FOUND` (no route), `METHOD_NOT_ALLOWED`,
-// `INTERNAL_ERROR`. Of the proxy and ingress: `INVALID_ROUTE`, `UNAUTHORIZED`,
-// `INVALID_ROUTE_TOKEN`, `ROUTE_TOKEN_EXPIRED`, `FORBIDDEN`, `SANDBOX_NOT_FOUND`,
-// `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
-// `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
-// `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `METHOD_NOT_ALLOWED`, `NOT_SUPPORTED`,
-// `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
-// sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
+// FileNotFound Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
+// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
+// 5xx answer never carries internal details: its message is fixed, and the details are in
+// the server's log under the request's `X-Request-ID`.
 type FileNotFound = Error
 
-// ImagesNotEnabled Every error body. Codes of the lifecycle API: `MISSING_API_KEY`, `INVALID_API_KEY`,
-// `INVALID_REQUEST`, `NOT_SUPPORTED`, `SANDBOX_NOT_FOUND`, `INVALID_STATE`,
-// `PAYLOAD_TOO_LARGE`, `UNAVAILABLE`, `NOT_FOUND` (no route), `METHOD_NOT_ALLOWED`,
-// `INTERNAL_ERROR`. Of the proxy and ingress: `INVALID_ROUTE`, `UNAUTHORIZED`,
-// `INVALID_ROUTE_TOKEN`, `ROUTE_TOKEN_EXPIRED`, `FORBIDDEN`, `SANDBOX_NOT_FOUND`,
-// `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
-// `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
-// `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `METHOD_NOT_ALLOWED`, `NOT_SUPPORTED`,
-// `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
-// sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
-type ImagesNotEnabled = Error
-
-// InternalError Every error body. Codes of the lifecycle API: `MISSING_API_KEY`, `INVALID_API_KEY`,
-// `INVALID_REQUEST`, `NOT_SUPPORTED`, `SANDBOX_NOT_FOUND`, `INVALID_STATE`,
-// `PAYLOAD_TOO_LARGE`, `UNAVAILABLE`, `NOT_FOUND` (no route), `METHOD_NOT_ALLOWED`,
-// `INTERNAL_ERROR`. Of the proxy and ingress: `INVALID_ROUTE`, `UNAUTHORIZED`,
-// `INVALID_ROUTE_TOKEN`, `ROUTE_TOKEN_EXPIRED`, `FORBIDDEN`, `SANDBOX_NOT_FOUND`,
-// `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
-// `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
-// `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `METHOD_NOT_ALLOWED`, `NOT_SUPPORTED`,
-// `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
-// sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
+// InternalError Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
+// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
+// 5xx answer never carries internal details: its message is fixed, and the details are in
+// the server's log under the request's `X-Request-ID`.
 type InternalError = Error
 
-// InvalidRange Every error body. Codes of the lifecycle API: `MISSING_API_KEY`, `INVALID_API_KEY`,
-// `INVALID_REQUEST`, `NOT_SUPPORTED`, `SANDBOX_NOT_FOUND`, `INVALID_STATE`,
-// `PAYLOAD_TOO_LARGE`, `UNAVAILABLE`, `NOT_FOUND` (no route), `METHOD_NOT_ALLOWED`,
-// `INTERNAL_ERROR`. Of the proxy and ingress: `INVALID_ROUTE`, `UNAUTHORIZED`,
-// `INVALID_ROUTE_TOKEN`, `ROUTE_TOKEN_EXPIRED`, `FORBIDDEN`, `SANDBOX_NOT_FOUND`,
-// `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
-// `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
-// `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `METHOD_NOT_ALLOWED`, `NOT_SUPPORTED`,
-// `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
-// sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
+// InvalidRange Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
+// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
+// 5xx answer never carries internal details: its message is fixed, and the details are in
+// the server's log under the request's `X-Request-ID`.
 type InvalidRange = Error
 
-// InvalidState Every error body. Codes of the lifecycle API: `MISSING_API_KEY`, `INVALID_API_KEY`,
-// `INVALID_REQUEST`, `NOT_SUPPORTED`, `SANDBOX_NOT_FOUND`, `INVALID_STATE`,
-// `PAYLOAD_TOO_LARGE`, `UNAVAILABLE`, `NOT_FOUND` (no route), `METHOD_NOT_ALLOWED`,
-// `INTERNAL_ERROR`. Of the proxy and ingress: `INVALID_ROUTE`, `UNAUTHORIZED`,
-// `INVALID_ROUTE_TOKEN`, `ROUTE_TOKEN_EXPIRED`, `FORBIDDEN`, `SANDBOX_NOT_FOUND`,
-// `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
-// `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
-// `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `METHOD_NOT_ALLOWED`, `NOT_SUPPORTED`,
-// `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
-// sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
+// InvalidState Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
+// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
+// 5xx answer never carries internal details: its message is fixed, and the details are in
+// the server's log under the request's `X-Request-ID`.
 type InvalidState = Error
 
-// PayloadTooLarge Every error body. Codes of the lifecycle API: `MISSING_API_KEY`, `INVALID_API_KEY`,
-// `INVALID_REQUEST`, `NOT_SUPPORTED`, `SANDBOX_NOT_FOUND`, `INVALID_STATE`,
-// `PAYLOAD_TOO_LARGE`, `UNAVAILABLE`, `NOT_FOUND` (no route), `METHOD_NOT_ALLOWED`,
-// `INTERNAL_ERROR`. Of the proxy and ingress: `INVALID_ROUTE`, `UNAUTHORIZED`,
-// `INVALID_ROUTE_TOKEN`, `ROUTE_TOKEN_EXPIRED`, `FORBIDDEN`, `SANDBOX_NOT_FOUND`,
-// `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
-// `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
-// `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `METHOD_NOT_ALLOWED`, `NOT_SUPPORTED`,
-// `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
-// sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
+// PayloadTooLarge Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
+// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
+// 5xx answer never carries internal details: its message is fixed, and the details are in
+// the server's log under the request's `X-Request-ID`.
 type PayloadTooLarge = Error
 
-// PermissionDenied Every error body. Codes of the lifecycle API: `MISSING_API_KEY`, `INVALID_API_KEY`,
-// `INVALID_REQUEST`, `NOT_SUPPORTED`, `SANDBOX_NOT_FOUND`, `INVALID_STATE`,
-// `PAYLOAD_TOO_LARGE`, `UNAVAILABLE`, `NOT_FOUND` (no route), `METHOD_NOT_ALLOWED`,
-// `INTERNAL_ERROR`. Of the proxy and ingress: `INVALID_ROUTE`, `UNAUTHORIZED`,
-// `INVALID_ROUTE_TOKEN`, `ROUTE_TOKEN_EXPIRED`, `FORBIDDEN`, `SANDBOX_NOT_FOUND`,
-// `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
-// `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
-// `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `METHOD_NOT_ALLOWED`, `NOT_SUPPORTED`,
-// `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
-// sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
+// PermissionDenied Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
+// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
+// 5xx answer never carries internal details: its message is fixed, and the details are in
+// the server's log under the request's `X-Request-ID`.
 type PermissionDenied = Error
 
-// ProxyUnauthorized Every error body. Codes of the lifecycle API: `MISSING_API_KEY`, `INVALID_API_KEY`,
-// `INVALID_REQUEST`, `NOT_SUPPORTED`, `SANDBOX_NOT_FOUND`, `INVALID_STATE`,
-// `PAYLOAD_TOO_LARGE`, `UNAVAILABLE`, `NOT_FOUND` (no route), `METHOD_NOT_ALLOWED`,
-// `INTERNAL_ERROR`. Of the proxy and ingress: `INVALID_ROUTE`, `UNAUTHORIZED`,
-// `INVALID_ROUTE_TOKEN`, `ROUTE_TOKEN_EXPIRED`, `FORBIDDEN`, `SANDBOX_NOT_FOUND`,
-// `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
-// `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
-// `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `METHOD_NOT_ALLOWED`, `NOT_SUPPORTED`,
-// `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
-// sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
+// ProxyUnauthorized Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
+// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
+// 5xx answer never carries internal details: its message is fixed, and the details are in
+// the server's log under the request's `X-Request-ID`.
 type ProxyUnauthorized = Error
 
-// SandboxNotFound Every error body. Codes of the lifecycle API: `MISSING_API_KEY`, `INVALID_API_KEY`,
-// `INVALID_REQUEST`, `NOT_SUPPORTED`, `SANDBOX_NOT_FOUND`, `INVALID_STATE`,
-// `PAYLOAD_TOO_LARGE`, `UNAVAILABLE`, `NOT_FOUND` (no route), `METHOD_NOT_ALLOWED`,
-// `INTERNAL_ERROR`. Of the proxy and ingress: `INVALID_ROUTE`, `UNAUTHORIZED`,
-// `INVALID_ROUTE_TOKEN`, `ROUTE_TOKEN_EXPIRED`, `FORBIDDEN`, `SANDBOX_NOT_FOUND`,
-// `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
-// `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
-// `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `METHOD_NOT_ALLOWED`, `NOT_SUPPORTED`,
-// `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
-// sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
+// SandboxNotFound Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
+// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
+// 5xx answer never carries internal details: its message is fixed, and the details are in
+// the server's log under the request's `X-Request-ID`.
 type SandboxNotFound = Error
 
-// SandboxPaused Every error body. Codes of the lifecycle API: `MISSING_API_KEY`, `INVALID_API_KEY`,
-// `INVALID_REQUEST`, `NOT_SUPPORTED`, `SANDBOX_NOT_FOUND`, `INVALID_STATE`,
-// `PAYLOAD_TOO_LARGE`, `UNAVAILABLE`, `NOT_FOUND` (no route), `METHOD_NOT_ALLOWED`,
-// `INTERNAL_ERROR`. Of the proxy and ingress: `INVALID_ROUTE`, `UNAUTHORIZED`,
-// `INVALID_ROUTE_TOKEN`, `ROUTE_TOKEN_EXPIRED`, `FORBIDDEN`, `SANDBOX_NOT_FOUND`,
-// `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
-// `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
-// `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `METHOD_NOT_ALLOWED`, `NOT_SUPPORTED`,
-// `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
-// sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
+// SandboxPaused Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
+// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
+// 5xx answer never carries internal details: its message is fixed, and the details are in
+// the server's log under the request's `X-Request-ID`.
 type SandboxPaused = Error
 
-// SandboxUnreachable Every error body. Codes of the lifecycle API: `MISSING_API_KEY`, `INVALID_API_KEY`,
-// `INVALID_REQUEST`, `NOT_SUPPORTED`, `SANDBOX_NOT_FOUND`, `INVALID_STATE`,
-// `PAYLOAD_TOO_LARGE`, `UNAVAILABLE`, `NOT_FOUND` (no route), `METHOD_NOT_ALLOWED`,
-// `INTERNAL_ERROR`. Of the proxy and ingress: `INVALID_ROUTE`, `UNAUTHORIZED`,
-// `INVALID_ROUTE_TOKEN`, `ROUTE_TOKEN_EXPIRED`, `FORBIDDEN`, `SANDBOX_NOT_FOUND`,
-// `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
-// `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
-// `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `METHOD_NOT_ALLOWED`, `NOT_SUPPORTED`,
-// `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
-// sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
+// SandboxUnreachable Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
+// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
+// 5xx answer never carries internal details: its message is fixed, and the details are in
+// the server's log under the request's `X-Request-ID`.
 type SandboxUnreachable = Error
 
-// TooManyExecutions Every error body. Codes of the lifecycle API: `MISSING_API_KEY`, `INVALID_API_KEY`,
-// `INVALID_REQUEST`, `NOT_SUPPORTED`, `SANDBOX_NOT_FOUND`, `INVALID_STATE`,
-// `PAYLOAD_TOO_LARGE`, `UNAVAILABLE`, `NOT_FOUND` (no route), `METHOD_NOT_ALLOWED`,
-// `INTERNAL_ERROR`. Of the proxy and ingress: `INVALID_ROUTE`, `UNAUTHORIZED`,
-// `INVALID_ROUTE_TOKEN`, `ROUTE_TOKEN_EXPIRED`, `FORBIDDEN`, `SANDBOX_NOT_FOUND`,
-// `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
-// `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
-// `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `METHOD_NOT_ALLOWED`, `NOT_SUPPORTED`,
-// `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
-// sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
+// TooManyExecutions Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
+// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
+// 5xx answer never carries internal details: its message is fixed, and the details are in
+// the server's log under the request's `X-Request-ID`.
 type TooManyExecutions = Error
 
-// Unauthorized Every error body. Codes of the lifecycle API: `MISSING_API_KEY`, `INVALID_API_KEY`,
-// `INVALID_REQUEST`, `NOT_SUPPORTED`, `SANDBOX_NOT_FOUND`, `INVALID_STATE`,
-// `PAYLOAD_TOO_LARGE`, `UNAVAILABLE`, `NOT_FOUND` (no route), `METHOD_NOT_ALLOWED`,
-// `INTERNAL_ERROR`. Of the proxy and ingress: `INVALID_ROUTE`, `UNAUTHORIZED`,
-// `INVALID_ROUTE_TOKEN`, `ROUTE_TOKEN_EXPIRED`, `FORBIDDEN`, `SANDBOX_NOT_FOUND`,
-// `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
-// `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
-// `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `METHOD_NOT_ALLOWED`, `NOT_SUPPORTED`,
-// `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
-// sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
+// Unauthorized Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
+// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
+// 5xx answer never carries internal details: its message is fixed, and the details are in
+// the server's log under the request's `X-Request-ID`.
 type Unauthorized = Error
 
-// Unavailable Every error body. Codes of the lifecycle API: `MISSING_API_KEY`, `INVALID_API_KEY`,
-// `INVALID_REQUEST`, `NOT_SUPPORTED`, `SANDBOX_NOT_FOUND`, `INVALID_STATE`,
-// `PAYLOAD_TOO_LARGE`, `UNAVAILABLE`, `NOT_FOUND` (no route), `METHOD_NOT_ALLOWED`,
-// `INTERNAL_ERROR`. Of the proxy and ingress: `INVALID_ROUTE`, `UNAUTHORIZED`,
-// `INVALID_ROUTE_TOKEN`, `ROUTE_TOKEN_EXPIRED`, `FORBIDDEN`, `SANDBOX_NOT_FOUND`,
-// `UNAVAILABLE`, `SANDBOX_UNREACHABLE`, `INTERNAL_ERROR`. Of execd:
-// `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `INVALID_FILE_METADATA`,
-// `INVALID_RANGE`, `UNKNOWN_LANGUAGE`, `FILE_NOT_FOUND`, `FILE_EXISTS`,
-// `CONTEXT_NOT_FOUND`, `CONTEXT_BUSY`, `NOT_FOUND`, `METHOD_NOT_ALLOWED`, `NOT_SUPPORTED`,
-// `TOO_MANY_EXECUTIONS`, `PAYLOAD_TOO_LARGE`, `UNAUTHORIZED`, `RUNTIME_ERROR` (the
-// sandbox's filesystem is unavailable), `SANDBOX_PAUSED`, `INTERNAL_ERROR`.
+// Unavailable Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
+// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
+// 5xx answer never carries internal details: its message is fixed, and the details are in
+// the server's log under the request's `X-Request-ID`.
 type Unavailable = Error
 
 // ExecdInterruptCodeParams defines parameters for ExecdInterruptCode.
 type ExecdInterruptCodeParams struct {
-	// Id A context id or an execution id (the text of an `init` event).
-	Id string `form:"id" json:"id"`
+	// ID A context id or an execution id (the text of an `init` event).
+	ID string `form:"id" json:"id"`
 }
 
 // ExecdDeleteContextsByLanguageParams defines parameters for ExecdDeleteContextsByLanguage.
@@ -1143,8 +1503,8 @@ type ExecdListContextsParams struct {
 
 // ExecdInterruptCommandParams defines parameters for ExecdInterruptCommand.
 type ExecdInterruptCommandParams struct {
-	// Id The command id (the text of its `init` event).
-	Id string `form:"id" json:"id"`
+	// ID The command id (the text of its `init` event).
+	ID string `form:"id" json:"id"`
 }
 
 // ExecdCommandLogsParams defines parameters for ExecdCommandLogs.
@@ -1237,6 +1597,12 @@ type ExecdUploadFilesMultipartBody struct {
 // PostMetricsEventJSONBody defines parameters for PostMetricsEvent.
 type PostMetricsEventJSONBody = interface{}
 
+// EgressRemoveRulesJSONBody defines parameters for EgressRemoveRules.
+type EgressRemoveRulesJSONBody = []string
+
+// EgressPatchPolicyJSONBody defines parameters for EgressPatchPolicy.
+type EgressPatchPolicyJSONBody = []EgressRule
+
 // ExecdAttachPtyParams defines parameters for ExecdAttachPty.
 type ExecdAttachPtyParams struct {
 	Upgrade ExecdAttachPtyParamsUpgrade `json:"Upgrade"`
@@ -1285,6 +1651,15 @@ type ExecdCreateContextJSONRequestBody = CodeContextRequest
 // ExecdRunCommandJSONRequestBody defines body for ExecdRunCommand for application/json ContentType.
 type ExecdRunCommandJSONRequestBody = CommandRequest
 
+// EgressPatchVaultJSONRequestBody defines body for EgressPatchVault for application/json ContentType.
+type EgressPatchVaultJSONRequestBody = VaultPatchRequest
+
+// EgressCreateVaultJSONRequestBody defines body for EgressCreateVault for application/json ContentType.
+type EgressCreateVaultJSONRequestBody = VaultCreateRequest
+
+// EgressReplaceVaultJSONRequestBody defines body for EgressReplaceVault for application/json ContentType.
+type EgressReplaceVaultJSONRequestBody = VaultCreateRequest
+
 // ExecdMakeDirectoriesJSONRequestBody defines body for ExecdMakeDirectories for application/json ContentType.
 type ExecdMakeDirectoriesJSONRequestBody ExecdMakeDirectoriesJSONBody
 
@@ -1305,6 +1680,18 @@ type PullImageJSONRequestBody = PullImageRequest
 
 // PostMetricsEventJSONRequestBody defines body for PostMetricsEvent for application/json ContentType.
 type PostMetricsEventJSONRequestBody = PostMetricsEventJSONBody
+
+// EgressRemoveRulesJSONRequestBody defines body for EgressRemoveRules for application/json ContentType.
+type EgressRemoveRulesJSONRequestBody = EgressRemoveRulesJSONBody
+
+// EgressPatchPolicyJSONRequestBody defines body for EgressPatchPolicy for application/json ContentType.
+type EgressPatchPolicyJSONRequestBody = EgressPatchPolicyJSONBody
+
+// EgressSetPolicyJSONRequestBody defines body for EgressSetPolicy for application/json ContentType.
+type EgressSetPolicyJSONRequestBody = NetworkPolicy
+
+// EgressReplacePolicyJSONRequestBody defines body for EgressReplacePolicy for application/json ContentType.
+type EgressReplacePolicyJSONRequestBody = NetworkPolicy
 
 // ExecdCreatePtyJSONRequestBody defines body for ExecdCreatePty for application/json ContentType.
 type ExecdCreatePtyJSONRequestBody = PtyRequest
@@ -1329,214 +1716,3 @@ type ExecdCreateSessionJSONRequestBody = SessionRequest
 
 // ExecdRunInSessionJSONRequestBody defines body for ExecdRunInSession for application/json ContentType.
 type ExecdRunInSessionJSONRequestBody = SessionRunRequest
-
-// Getter for additional properties for CreateSandboxRequest_ResourceLimits. Returns the specified
-// element and whether it was found
-func (a CreateSandboxRequest_ResourceLimits) Get(fieldName string) (value string, found bool) {
-	if a.AdditionalProperties != nil {
-		value, found = a.AdditionalProperties[fieldName]
-	}
-	return
-}
-
-// Setter for additional properties for CreateSandboxRequest_ResourceLimits
-func (a *CreateSandboxRequest_ResourceLimits) Set(fieldName string, value string) {
-	if a.AdditionalProperties == nil {
-		a.AdditionalProperties = make(map[string]string)
-	}
-	a.AdditionalProperties[fieldName] = value
-}
-
-// Override default JSON handling for CreateSandboxRequest_ResourceLimits to handle AdditionalProperties
-func (a *CreateSandboxRequest_ResourceLimits) UnmarshalJSON(b []byte) error {
-	object := make(map[string]json.RawMessage)
-	err := json.Unmarshal(b, &object)
-	if err != nil {
-		return err
-	}
-
-	if raw, found := object["cpu"]; found {
-		err = json.Unmarshal(raw, &a.Cpu)
-		if err != nil {
-			return fmt.Errorf("error reading 'cpu': %w", err)
-		}
-		delete(object, "cpu")
-	}
-
-	if raw, found := object["memory"]; found {
-		err = json.Unmarshal(raw, &a.Memory)
-		if err != nil {
-			return fmt.Errorf("error reading 'memory': %w", err)
-		}
-		delete(object, "memory")
-	}
-
-	if len(object) != 0 {
-		a.AdditionalProperties = make(map[string]string)
-		for fieldName, fieldBuf := range object {
-			var fieldVal string
-			err := json.Unmarshal(fieldBuf, &fieldVal)
-			if err != nil {
-				return fmt.Errorf("error unmarshaling field %s: %w", fieldName, err)
-			}
-			a.AdditionalProperties[fieldName] = fieldVal
-		}
-	}
-	return nil
-}
-
-// Override default JSON handling for CreateSandboxRequest_ResourceLimits to handle AdditionalProperties
-func (a CreateSandboxRequest_ResourceLimits) MarshalJSON() ([]byte, error) {
-	var err error
-	object := make(map[string]json.RawMessage)
-
-	object["cpu"], err = json.Marshal(a.Cpu)
-	if err != nil {
-		return nil, fmt.Errorf("error marshaling 'cpu': %w", err)
-	}
-
-	object["memory"], err = json.Marshal(a.Memory)
-	if err != nil {
-		return nil, fmt.Errorf("error marshaling 'memory': %w", err)
-	}
-
-	for fieldName, field := range a.AdditionalProperties {
-		object[fieldName], err = json.Marshal(field)
-		if err != nil {
-			return nil, fmt.Errorf("error marshaling '%s': %w", fieldName, err)
-		}
-	}
-	return json.Marshal(object)
-}
-
-// Getter for additional properties for Extensions. Returns the specified
-// element and whether it was found
-func (a Extensions) Get(fieldName string) (value string, found bool) {
-	if a.AdditionalProperties != nil {
-		value, found = a.AdditionalProperties[fieldName]
-	}
-	return
-}
-
-// Setter for additional properties for Extensions
-func (a *Extensions) Set(fieldName string, value string) {
-	if a.AdditionalProperties == nil {
-		a.AdditionalProperties = make(map[string]string)
-	}
-	a.AdditionalProperties[fieldName] = value
-}
-
-// Override default JSON handling for Extensions to handle AdditionalProperties
-func (a *Extensions) UnmarshalJSON(b []byte) error {
-	object := make(map[string]json.RawMessage)
-	err := json.Unmarshal(b, &object)
-	if err != nil {
-		return err
-	}
-
-	if raw, found := object["hybox.io/runtime"]; found {
-		err = json.Unmarshal(raw, &a.HyboxIoruntime)
-		if err != nil {
-			return fmt.Errorf("error reading 'hybox.io/runtime': %w", err)
-		}
-		delete(object, "hybox.io/runtime")
-	}
-
-	if len(object) != 0 {
-		a.AdditionalProperties = make(map[string]string)
-		for fieldName, fieldBuf := range object {
-			var fieldVal string
-			err := json.Unmarshal(fieldBuf, &fieldVal)
-			if err != nil {
-				return fmt.Errorf("error unmarshaling field %s: %w", fieldName, err)
-			}
-			a.AdditionalProperties[fieldName] = fieldVal
-		}
-	}
-	return nil
-}
-
-// Override default JSON handling for Extensions to handle AdditionalProperties
-func (a Extensions) MarshalJSON() ([]byte, error) {
-	var err error
-	object := make(map[string]json.RawMessage)
-
-	object["hybox.io/runtime"], err = json.Marshal(a.HyboxIoruntime)
-	if err != nil {
-		return nil, fmt.Errorf("error marshaling 'hybox.io/runtime': %w", err)
-	}
-
-	for fieldName, field := range a.AdditionalProperties {
-		object[fieldName], err = json.Marshal(field)
-		if err != nil {
-			return nil, fmt.Errorf("error marshaling '%s': %w", fieldName, err)
-		}
-	}
-	return json.Marshal(object)
-}
-
-// Getter for additional properties for MimeBundle. Returns the specified
-// element and whether it was found
-func (a MimeBundle) Get(fieldName string) (value string, found bool) {
-	if a.AdditionalProperties != nil {
-		value, found = a.AdditionalProperties[fieldName]
-	}
-	return
-}
-
-// Setter for additional properties for MimeBundle
-func (a *MimeBundle) Set(fieldName string, value string) {
-	if a.AdditionalProperties == nil {
-		a.AdditionalProperties = make(map[string]string)
-	}
-	a.AdditionalProperties[fieldName] = value
-}
-
-// Override default JSON handling for MimeBundle to handle AdditionalProperties
-func (a *MimeBundle) UnmarshalJSON(b []byte) error {
-	object := make(map[string]json.RawMessage)
-	err := json.Unmarshal(b, &object)
-	if err != nil {
-		return err
-	}
-
-	if raw, found := object["text"]; found {
-		err = json.Unmarshal(raw, &a.Text)
-		if err != nil {
-			return fmt.Errorf("error reading 'text': %w", err)
-		}
-		delete(object, "text")
-	}
-
-	if len(object) != 0 {
-		a.AdditionalProperties = make(map[string]string)
-		for fieldName, fieldBuf := range object {
-			var fieldVal string
-			err := json.Unmarshal(fieldBuf, &fieldVal)
-			if err != nil {
-				return fmt.Errorf("error unmarshaling field %s: %w", fieldName, err)
-			}
-			a.AdditionalProperties[fieldName] = fieldVal
-		}
-	}
-	return nil
-}
-
-// Override default JSON handling for MimeBundle to handle AdditionalProperties
-func (a MimeBundle) MarshalJSON() ([]byte, error) {
-	var err error
-	object := make(map[string]json.RawMessage)
-
-	object["text"], err = json.Marshal(a.Text)
-	if err != nil {
-		return nil, fmt.Errorf("error marshaling 'text': %w", err)
-	}
-
-	for fieldName, field := range a.AdditionalProperties {
-		object[fieldName], err = json.Marshal(field)
-		if err != nil {
-			return nil, fmt.Errorf("error marshaling '%s': %w", fieldName, err)
-		}
-	}
-	return json.Marshal(object)
-}

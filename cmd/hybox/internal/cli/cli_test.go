@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -10,31 +9,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hybox-dev/hybox/client"
-	"github.com/hybox-dev/hybox/client/clienttest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	hybox "github.com/hybox-dev/hybox/sdks/go"
+	"github.com/hybox-dev/hybox/sdks/go/api"
+	"github.com/hybox-dev/hybox/server/servertest"
 )
 
 type result struct {
 	stdout, stderr string
 	code           int
-}
-
-// hybox runs the CLI in-process against srv, configured through the
-// environment variables, and returns what it printed.
-func hybox(t *testing.T, srv *clienttest.Server, stdin string, args ...string) result {
-	t.Helper()
-	return hyboxCtx(context.Background(), t, srv, stdin, args...)
-}
-
-func hyboxCtx(ctx context.Context, t *testing.T, srv *clienttest.Server, stdin string, args ...string) result {
-	t.Helper()
-	var out, errb bytes.Buffer
-	env := map[string]string{EnvDomain: srv.URL, EnvAPIKey: srv.APIKey}
-	code := Main(ctx, Env{
-		Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errb,
-		Getenv: func(k string) string { return env[k] },
-	}, args)
-	return result{stdout: out.String(), stderr: errb.String(), code: code}
 }
 
 func (r result) check(t *testing.T, code int) {
@@ -44,13 +29,28 @@ func (r result) check(t *testing.T, code int) {
 	}
 }
 
-func running(srv *clienttest.Server) string {
-	return srv.AddSandbox(client.Sandbox{Status: client.Status{State: client.StateRunning}, Image: &client.Image{URI: "wasm://default"}})
+// sdk returns an SDK client of srv, to set up and check what the CLI does.
+func sdk(t *testing.T, srv *servertest.Server) *hybox.Client {
+	t.Helper()
+	c, err := hybox.New(hybox.WithDomain(srv.URL), hybox.WithAPIKey(srv.APIKey))
+	require.NoError(t, err)
+	return c
+}
+
+// running creates a running wasm sandbox on srv and returns its id.
+func running(t *testing.T, srv *servertest.Server, req api.CreateSandboxRequest) string {
+	t.Helper()
+	ctx := context.Background()
+	sb, err := sdk(t, srv).Create(ctx, req)
+	require.NoError(t, err)
+	_, err = sb.WaitRunning(ctx, 0)
+	require.NoError(t, err)
+	return sb.ID()
 }
 
 func TestUsageErrors(t *testing.T) {
-	srv := clienttest.NewServer(t)
-	id := running(srv)
+	srv := servertest.New(t)
+	id := running(t, srv, api.CreateSandboxRequest{})
 	tests := []struct {
 		name string
 		args []string
@@ -81,7 +81,7 @@ func TestUsageErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := hybox(t, srv, "", tt.args...)
+			r := live(t, srv, "", tt.args...)
 			r.check(t, ExitUsage)
 			if !strings.HasPrefix(r.stderr, "error: ") || !strings.Contains(r.stderr, tt.want) || !strings.Contains(r.stderr, "--help") {
 				t.Errorf("stderr = %q, want it to contain %q", r.stderr, tt.want)
@@ -91,265 +91,240 @@ func TestUsageErrors(t *testing.T) {
 }
 
 func TestHelp(t *testing.T) {
-	srv := clienttest.NewServer(t)
-	r := hybox(t, srv, "", "--help")
+	r := liveEnv(t, nil, "", "--help")
 	r.check(t, 0)
-	for _, c := range []string{"sandbox", "exec", "run", "files", "OPEN_SANDBOX_DOMAIN"} {
+	for _, c := range []string{"sandbox", "exec", "run", "files", "HYBOX_DOMAIN", "OPEN_SANDBOX_DOMAIN"} {
 		if !strings.Contains(r.stdout, c) {
 			t.Errorf("help lacks %q:\n%s", c, r.stdout)
 		}
 	}
 }
 
-func TestAPIErrorOutput(t *testing.T) {
-	srv := clienttest.NewServer(t)
+// The CLI reads hybox's variables first, then OpenSandbox's.
+func TestEnvironment(t *testing.T) {
+	srv := servertest.New(t)
 	tests := []struct {
 		name string
-		args []string
-		want string
+		env  map[string]string
+		code int
 	}{
-		{name: "not found", args: []string{"sandbox", "get", "nope"}, want: "error: SANDBOX_NOT_FOUND: sandbox nope not found\n"},
-		{name: "wrong key flag beats env", args: []string{"--api-key", "wrong", "sandbox", "list"}, want: "error: INVALID_API_KEY: invalid API key\n"},
-		{name: "server refuses", args: []string{"sandbox", "create", "--image", "bad"}, want: "error: INVALID_IMAGE: image bad cannot be pulled\n"},
-		{name: "renew into the past", args: []string{"sandbox", "renew", "nope", "--expires-at", "2001-01-01T00:00:00Z"}, want: "error: INVALID_EXPIRATION: expiresAt must be in the future\n"},
-		{name: "exec in unknown sandbox", args: []string{"exec", "nope", "--", "ls"}, want: "error: SANDBOX_NOT_FOUND: sandbox nope not found\n"},
+		{"hybox names", map[string]string{"HYBOX_DOMAIN": srv.URL, "HYBOX_API_KEY": srv.APIKey, "OPEN_SANDBOX_API_KEY": "wrong"}, 0},
+		{"OpenSandbox names", map[string]string{"OPEN_SANDBOX_DOMAIN": srv.URL, "OPEN_SANDBOX_API_KEY": srv.APIKey}, 0},
+		{"no key", map[string]string{"HYBOX_DOMAIN": srv.URL}, ExitError},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := hybox(t, srv, "", tt.args...)
+			liveEnv(t, tt.env, "", "sandbox", "list").check(t, tt.code)
+		})
+	}
+}
+
+func TestAPIErrorOutput(t *testing.T) {
+	srv := servertest.New(t)
+	tests := []struct {
+		name string
+		args []string
+		want string // the start of stderr
+	}{
+		{name: "not found", args: []string{"sandbox", "get", "nope"}, want: "error: SANDBOX_NOT_FOUND: "},
+		{name: "wrong key flag beats env", args: []string{"--api-key", "wrong", "sandbox", "list"}, want: "error: INVALID_API_KEY: "},
+		{name: "server refuses", args: []string{"sandbox", "create", "--runtime", "runsc"}, want: "error: INVALID_REQUEST: "},
+		{name: "renew into the past", args: []string{"sandbox", "renew", "nope", "--expires-at", "2001-01-01T00:00:00Z"}, want: "error: "},
+		{name: "exec in unknown sandbox", args: []string{"exec", "nope", "--", "ls"}, want: "error: SANDBOX_NOT_FOUND: "},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := live(t, srv, "", tt.args...)
 			r.check(t, ExitError)
-			if r.stderr != tt.want || r.stdout != "" {
-				t.Errorf("stderr = %q, want %q (stdout %q)", r.stderr, tt.want, r.stdout)
+			if !strings.HasPrefix(r.stderr, tt.want) || strings.Count(r.stderr, "\n") != 1 || r.stdout != "" {
+				t.Errorf("stderr = %q, want it to start with %q (stdout %q)", r.stderr, tt.want, r.stdout)
 			}
 		})
 	}
 }
 
 func TestSandboxCreate(t *testing.T) {
-	srv := clienttest.NewServer(t)
-	r := hybox(t, srv, "", "sandbox", "create", "--timeout", "10m", "--env", "A=1", "--env", "B=x=y",
-		"--metadata", "team=ml", "--runtime", "runsc", "--memory", "512Mi", "--cpu", "1")
+	srv := servertest.New(t)
+	c := sdk(t, srv)
+	ctx := context.Background()
+	r := live(t, srv, "", "sandbox", "create", "--timeout", "10m", "--env", "A=1", "--env", "B=x=y",
+		"--metadata", "team=ml", "--runtime", "wasm", "--memory", "512Mi", "--cpu", "1", "--wait")
 	r.check(t, 0)
-	creates := srv.Creates()
-	if len(creates) != 1 {
-		t.Fatalf("creates = %d", len(creates))
-	}
-	c := creates[0]
-	if !strings.HasSuffix(r.stdout, "\n") || !exists(t, srv, strings.TrimSpace(r.stdout)) {
-		t.Errorf("stdout = %q", r.stdout)
-	}
-	if c.Image.URI != "wasm://default" || *c.Timeout != 600 || c.Env["B"] != "x=y" || c.Metadata["team"] != "ml" ||
-		c.Extensions[client.RuntimeExtension] != "runsc" || c.ResourceLimits["memory"] != "512Mi" || c.ResourceLimits["cpu"] != "1" {
-		t.Errorf("create request = %+v", c)
-	}
+	id := strings.TrimSpace(r.stdout)
+	sb, err := c.Connect(ctx, id)
+	require.NoError(t, err, "stdout %q", r.stdout)
+	info := sb.Info()
+	assert.Equal(t, "wasm://default", info.Image.URI)
+	assert.Equal(t, "ml", info.Metadata["team"])
+	assert.InDelta(t, 600, info.ExpiresAt.Sub(info.CreatedAt).Seconds(), 2)
+	x, err := sb.Exec(ctx, hybox.Command{Command: "echo $A $B"}, nil)
+	require.NoError(t, err)
+	assert.Equal(t, "1 x=y", x.Text())
 
 	// No expiry, --wait, JSON output.
-	srv.SetPendingPolls(2)
-	r = hybox(t, srv, "", "sandbox", "create", "--timeout", "0", "--wait", "-o", "json")
+	r = live(t, srv, "", "sandbox", "create", "--timeout", "0", "--wait", "-o", "json")
 	r.check(t, 0)
-	var sb map[string]any
-	if err := json.Unmarshal([]byte(r.stdout), &sb); err != nil {
-		t.Fatalf("json output %q: %v", r.stdout, err)
-	}
-	if sb["status"].(map[string]any)["state"] != "Running" || sb["expiresAt"] != nil {
-		t.Errorf("waited sandbox = %v", sb)
-	}
-	if c := srv.Creates()[1]; c.Timeout != nil {
-		t.Errorf("timeout 0 sent %v, want null", *c.Timeout)
-	}
-}
-
-// exists reports whether the server knows sandbox id.
-func exists(t *testing.T, srv *clienttest.Server, id string) bool {
-	t.Helper()
-	c, err := client.New(client.Options{Domain: srv.URL, APIKey: srv.APIKey})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = c.GetSandbox(context.Background(), id)
-	return err == nil
+	var out map[string]any
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &out), r.stdout)
+	assert.Equal(t, "Running", out["status"].(map[string]any)["state"])
+	assert.Nil(t, out["expiresAt"])
 }
 
 func TestSandboxListGet(t *testing.T) {
-	srv := clienttest.NewServer(t)
-	t0 := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
-	exp := t0.Add(10 * time.Minute)
-	a := srv.AddSandbox(client.Sandbox{ID: "aaaa", Status: client.Status{State: client.StateRunning}, Image: &client.Image{URI: "wasm://default"},
-		CreatedAt: t0, ExpiresAt: &exp, Metadata: map[string]string{"team": "ml", "env": "dev"}, Entrypoint: []string{"tail", "-f", "/dev/null"}})
-	srv.AddSandbox(client.Sandbox{ID: "bbbb", Status: client.Status{State: client.StatePaused}, Image: &client.Image{URI: "python:3.12"}, CreatedAt: t0.Add(time.Second)})
+	srv := servertest.New(t)
+	a := running(t, srv, api.CreateSandboxRequest{Metadata: api.Metadata{"team": "ml", "env": "dev"}, Entrypoint: []string{"tail", "-f", "/dev/null"}})
+	b := running(t, srv, api.CreateSandboxRequest{Metadata: api.Metadata{"team": "web"}})
+	require.NoError(t, sdk(t, srv).Sandbox(b).Pause(context.Background()))
 
-	r := hybox(t, srv, "", "sandbox", "list")
+	r := live(t, srv, "", "sandbox", "list")
 	r.check(t, 0)
-	want := "ID    STATE    IMAGE           CREATED               EXPIRES\n" +
-		"aaaa  Running  wasm://default  2030-01-02T03:04:05Z  2030-01-02T03:14:05Z\n" +
-		"bbbb  Paused   python:3.12     2030-01-02T03:04:06Z  -\n"
-	if r.stdout != want {
-		t.Errorf("list:\n%s\nwant:\n%s", r.stdout, want)
-	}
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	require.Len(t, lines, 3, r.stdout)
+	assert.Regexp(t, `^ID\s+STATE\s+IMAGE\s+CREATED\s+EXPIRES$`, lines[0])
+	assert.Contains(t, r.stdout, a)
+	assert.Contains(t, r.stdout, b)
 
-	r = hybox(t, srv, "", "sandbox", "list", "--state", "Paused", "--state", "Pending", "--metadata", "x=y z")
+	r = live(t, srv, "", "sandbox", "list", "--metadata", "team=ml")
 	r.check(t, 0)
-	req, _ := srv.LastRequest("GET", "/v1/sandboxes")
-	if len(req.Query["state"]) != 2 || req.Query.Get("metadata") != "x=y+z" {
-		t.Errorf("list query = %v", req.Query)
-	}
+	lines = strings.Split(strings.TrimSpace(r.stdout), "\n")
+	require.Len(t, lines, 2, r.stdout)
+	assert.Regexp(t, `^`+a+`\s+Running\s+wasm://default\s+\d{4}-\d\d-\d\dT\S+Z\s+-$`, lines[1])
 
-	r = hybox(t, srv, "", "sandbox", "list", "--page-size", "1")
+	r = live(t, srv, "", "sandbox", "list", "--state", "Paused", "--state", "Pausing")
 	r.check(t, 0)
-	if strings.Count(r.stdout, "\n") != 2 || !strings.Contains(r.stderr, "next: --page 2") {
-		t.Errorf("paged list: %q / %q", r.stdout, r.stderr)
-	}
+	assert.NotContains(t, r.stdout, a)
+	assert.Contains(t, r.stdout, b)
 
-	r = hybox(t, srv, "", "sandbox", "list", "-o", "json")
+	r = live(t, srv, "", "sandbox", "list", "--page-size", "1")
 	r.check(t, 0)
-	var l struct {
-		Items      []map[string]any  `json:"items"`
-		Pagination client.Pagination `json:"pagination"`
-	}
-	if err := json.Unmarshal([]byte(r.stdout), &l); err != nil || len(l.Items) != 2 || l.Pagination.TotalItems != 2 {
-		t.Errorf("json list %q: %v", r.stdout, err)
-	}
+	assert.Equal(t, 2, strings.Count(r.stdout, "\n"), r.stdout)
+	assert.Contains(t, r.stderr, "next: --page 2")
 
-	r = hybox(t, srv, "", "sandbox", "get", a)
+	r = live(t, srv, "", "sandbox", "list", "-o", "json")
 	r.check(t, 0)
-	want = "ID:          aaaa\n" +
-		"State:       Running\n" +
-		"Image:       wasm://default\n" +
-		"Created:     2030-01-02T03:04:05Z\n" +
-		"Expires:     2030-01-02T03:14:05Z\n" +
-		"Entrypoint:  tail -f /dev/null\n" +
-		"Metadata:    env=dev\n" +
-		"             team=ml\n"
-	if r.stdout != want {
-		t.Errorf("get:\n%s\nwant:\n%s", r.stdout, want)
-	}
-	r = hybox(t, srv, "", "sandbox", "get", a, "-o", "json")
+	var l api.ListSandboxesResponse
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &l), r.stdout)
+	assert.Len(t, l.Items, 2)
+	assert.Equal(t, 2, l.Pagination.TotalItems)
+
+	r = live(t, srv, "", "sandbox", "get", a)
 	r.check(t, 0)
-	if !strings.Contains(r.stdout, `"runtime": "wasm"`) {
-		t.Errorf("json get does not print the server's JSON: %s", r.stdout)
-	}
+	assert.Regexp(t, `^ID:\s+`+a+`\nState:\s+Running\nImage:\s+wasm://default\nRuntime:\s+wasm\n(Platform:.*\n)?Created:\s+\S+Z\nExpires:\s+-\n`+
+		`Entrypoint:\s+tail -f /dev/null\nMetadata:\s+env=dev\n\s+team=ml\n$`, r.stdout)
+	r = live(t, srv, "", "sandbox", "get", a, "-o", "json")
+	r.check(t, 0)
+	var sb api.Sandbox
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &sb), r.stdout)
+	assert.Equal(t, a, sb.ID)
+	assert.Equal(t, api.SandboxStateRunning, sb.Status.State)
 }
 
 func TestSandboxKillRenewPause(t *testing.T) {
-	srv := clienttest.NewServer(t)
-	a, b := running(srv), running(srv)
+	srv := servertest.New(t)
+	a, b := running(t, srv, api.CreateSandboxRequest{}), running(t, srv, api.CreateSandboxRequest{})
 
-	r := hybox(t, srv, "", "sandbox", "kill", a, "nope", b)
+	r := live(t, srv, "", "sandbox", "kill", a, "nope", b)
 	r.check(t, ExitError)
-	if r.stdout != a+"\n"+b+"\n" || r.stderr != "error: nope: SANDBOX_NOT_FOUND: sandbox nope not found\n" {
-		t.Errorf("kill: stdout %q stderr %q", r.stdout, r.stderr)
-	}
-	hybox(t, srv, "", "sandbox", "get", a).check(t, ExitError)
+	assert.Equal(t, a+"\n"+b+"\n", r.stdout)
+	assert.True(t, strings.HasPrefix(r.stderr, "error: nope: SANDBOX_NOT_FOUND: "), r.stderr)
+	live(t, srv, "", "sandbox", "get", a).check(t, ExitError)
 
-	c := running(srv)
+	c := running(t, srv, api.CreateSandboxRequest{})
 	before := time.Now()
-	r = hybox(t, srv, "", "sandbox", "renew", c, "--timeout", "1h")
+	r = live(t, srv, "", "sandbox", "renew", c, "--timeout", "1h")
 	r.check(t, 0)
 	got, err := time.Parse(time.RFC3339, strings.TrimSpace(r.stdout))
 	if err != nil || got.Before(before.Add(time.Hour-time.Second)) || got.After(time.Now().Add(time.Hour+time.Second)) {
 		t.Errorf("renew printed %q (%v)", r.stdout, err)
 	}
-	r = hybox(t, srv, "", "sandbox", "renew", c, "--expires-at", "2031-05-06T07:08:09Z", "-o", "json")
+	at := time.Now().Add(48 * time.Hour).UTC().Truncate(time.Second).Format(time.RFC3339)
+	r = live(t, srv, "", "sandbox", "renew", c, "--expires-at", at, "-o", "json")
 	r.check(t, 0)
-	if strings.TrimSpace(r.stdout) != "{\n  \"expiresAt\": \"2031-05-06T07:08:09Z\"\n}" {
-		t.Errorf("renew json = %q", r.stdout)
-	}
+	assert.Equal(t, "{\n  \"expiresAt\": \""+at+"\"\n}", strings.TrimSpace(r.stdout))
 
-	hybox(t, srv, "", "sandbox", "pause", c).check(t, 0)
-	r = hybox(t, srv, "", "sandbox", "get", c)
-	if !strings.Contains(r.stdout, "Paused") {
-		t.Errorf("after pause: %s", r.stdout)
-	}
-	hybox(t, srv, "", "sandbox", "resume", c).check(t, 0)
+	live(t, srv, "", "sandbox", "pause", c).check(t, 0)
+	require.Eventually(t, func() bool {
+		return strings.Contains(live(t, srv, "", "sandbox", "get", c).stdout, "Paused")
+	}, 10*time.Second, 20*time.Millisecond)
+	live(t, srv, "", "sandbox", "resume", c).check(t, 0)
+	r = live(t, srv, "", "sandbox", "pause", "nope")
+	r.check(t, ExitError)
 }
 
 func TestDomainWithoutScheme(t *testing.T) {
-	srv := clienttest.NewServer(t)
-	running(srv)
-	r := hybox(t, srv, "", "--domain", strings.TrimPrefix(srv.URL, "http://"), "sandbox", "list")
+	srv := servertest.New(t)
+	running(t, srv, api.CreateSandboxRequest{})
+	r := live(t, srv, "", "--domain", strings.TrimPrefix(srv.URL, "http://"), "sandbox", "list")
 	r.check(t, 0)
-	if strings.Count(r.stdout, "\n") != 2 {
-		t.Errorf("list = %q", r.stdout)
-	}
+	assert.Equal(t, 2, strings.Count(r.stdout, "\n"), r.stdout)
 }
 
 func TestFiles(t *testing.T) {
-	srv := clienttest.NewServer(t)
-	id := running(srv)
+	srv := servertest.New(t)
+	id := running(t, srv, api.CreateSandboxRequest{})
+	sb := sdk(t, srv).Sandbox(id)
+	ctx := context.Background()
 	dir := t.TempDir()
 	local := filepath.Join(dir, "in.txt")
-	if err := os.WriteFile(local, []byte("hello file"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(local, []byte("hello file"), 0o600))
 
-	hybox(t, srv, "", "files", "put", id, local, "/w/in.txt").check(t, 0)
-	if b, _ := srv.File("/w/in.txt"); string(b) != "hello file" {
-		t.Errorf("uploaded %q", b)
-	}
-	hybox(t, srv, "from stdin", "files", "put", id, "-", "/w/std.txt").check(t, 0)
-	if b, _ := srv.File("/w/std.txt"); string(b) != "from stdin" {
-		t.Errorf("uploaded from stdin %q", b)
-	}
+	live(t, srv, "", "files", "put", id, local, "/w/in.txt").check(t, 0)
+	b, err := sb.ReadFile(ctx, "/w/in.txt")
+	require.NoError(t, err)
+	assert.Equal(t, "hello file", string(b))
+	live(t, srv, "from stdin", "files", "put", id, "-", "/w/std.txt", "--mode", "644").check(t, 0)
+	b, err = sb.ReadFile(ctx, "/w/std.txt")
+	require.NoError(t, err)
+	assert.Equal(t, "from stdin", string(b))
 
-	r := hybox(t, srv, "", "files", "get", id, "/w/in.txt", "-")
+	r := live(t, srv, "", "files", "get", id, "/w/in.txt", "-")
 	r.check(t, 0)
-	if r.stdout != "hello file" {
-		t.Errorf("get - = %q", r.stdout)
-	}
+	assert.Equal(t, "hello file", r.stdout)
 	out := filepath.Join(dir, "out")
-	if err := os.Mkdir(out, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	hybox(t, srv, "", "files", "get", id, "/w/std.txt", out).check(t, 0)
-	if b, err := os.ReadFile(filepath.Join(out, "std.txt")); err != nil || string(b) != "from stdin" {
-		t.Errorf("downloaded into dir: %q %v", b, err)
-	}
-	r = hybox(t, srv, "", "files", "get", id, "/w/missing", filepath.Join(out, "m"))
+	require.NoError(t, os.Mkdir(out, 0o755))
+	live(t, srv, "", "files", "get", id, "/w/std.txt", out).check(t, 0)
+	b, err = os.ReadFile(filepath.Join(out, "std.txt"))
+	require.NoError(t, err)
+	assert.Equal(t, "from stdin", string(b))
+	r = live(t, srv, "", "files", "get", id, "/w/missing", filepath.Join(out, "m"))
 	r.check(t, ExitError)
-	if !strings.Contains(r.stderr, "error: FILE_NOT_FOUND: ") {
-		t.Errorf("missing file stderr %q", r.stderr)
-	}
-	if entries, _ := os.ReadDir(out); len(entries) != 1 {
-		t.Errorf("failed download left files: %v", entries)
-	}
+	assert.Contains(t, r.stderr, "error: FILE_NOT_FOUND: ")
+	entries, _ := os.ReadDir(out)
+	assert.Len(t, entries, 1, "a failed download left files")
 
-	srv.PutFile("/w/sub/deep.txt", []byte("x"))
-	r = hybox(t, srv, "", "files", "ls", id, "/w")
+	require.NoError(t, sb.WriteFile(ctx, "/w/sub/deep.txt", []byte("x"), 0))
+	r = live(t, srv, "", "files", "ls", id, "/w")
 	r.check(t, 0)
-	want := "MODE        SIZE  MODIFIED              PATH\n" +
-		"-rw-r--r--  10    2025-01-01T00:00:00Z  /w/in.txt\n" +
-		"-rw-r--r--  10    2025-01-01T00:00:00Z  /w/std.txt\n" +
-		"drwxr-xr-x  0     2025-01-01T00:00:00Z  /w/sub/\n"
-	if r.stdout != want {
-		t.Errorf("ls:\n%s\nwant:\n%s", r.stdout, want)
-	}
-	r = hybox(t, srv, "", "files", "ls", id, "/w", "-o", "json")
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	require.Len(t, lines, 4, r.stdout)
+	assert.Regexp(t, `^MODE\s+SIZE\s+MODIFIED\s+PATH$`, lines[0])
+	assert.Regexp(t, `^-rw-------\s+10\s+\S+Z\s+/w/in.txt$`, lines[1])
+	assert.Regexp(t, `^-rw-r--r--\s+10\s+\S+Z\s+/w/std.txt$`, lines[2])
+	assert.Regexp(t, `^d\S+\s+\d+\s+\S+Z\s+/w/sub/$`, lines[3])
+	r = live(t, srv, "", "files", "ls", id, "/w", "-o", "json")
 	r.check(t, 0)
-	var list []client.FileInfo
-	if err := json.Unmarshal([]byte(r.stdout), &list); err != nil || len(list) != 3 {
-		t.Errorf("ls json %q: %v", r.stdout, err)
-	}
-	hybox(t, srv, "", "files", "ls", id, "/nope").check(t, ExitError)
+	var list []api.FileInfo
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &list), r.stdout)
+	assert.Len(t, list, 3)
+	live(t, srv, "", "files", "ls", id, "/nope").check(t, ExitError)
 }
 
-func TestOctalDigits(t *testing.T) {
+func TestModes(t *testing.T) {
 	for _, tt := range []struct {
-		name string
-		m    os.FileMode
-		n    int
+		name  string
+		bits  uint64
+		mode  os.FileMode
+		wire  int
+		perms os.FileMode
 	}{
-		{name: "rw-r--r--", m: 0o644, n: 644},
-		{name: "rwxr-xr-x", m: 0o755, n: 755},
-		{name: "none", m: 0, n: 0},
-		{name: "setuid", m: 0o4755, n: 4755},
+		{name: "rw-r--r--", bits: 0o644, mode: 0o644, wire: 644, perms: 0o644},
+		{name: "rwxr-xr-x", bits: 0o755, mode: 0o755, wire: 755, perms: 0o755},
+		{name: "none", bits: 0, mode: 0, wire: 0, perms: 0},
+		{name: "setuid", bits: 0o4755, mode: 0o755 | os.ModeSetuid, wire: 4755, perms: 0o755},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := octalDigits(tt.m); got != tt.n {
-				t.Errorf("octalDigits = %d, want %d", got, tt.n)
-			}
-			if got := fromOctalDigits(tt.n); got != tt.m&os.ModePerm {
-				t.Errorf("fromOctalDigits = %o", got)
-			}
+			assert.Equal(t, tt.mode, fromOctal(tt.bits))
+			assert.Equal(t, tt.perms, fromOctalDigits(tt.wire))
 		})
 	}
 }

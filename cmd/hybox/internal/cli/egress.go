@@ -12,13 +12,14 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/hybox-dev/hybox/client"
+	hybox "github.com/hybox-dev/hybox/sdks/go"
+	"github.com/hybox-dev/hybox/sdks/go/api"
 )
 
 // policyFlags are the network-policy flags of `sandbox create` and of a
 // one-shot `run` (which has no --credential-proxy).
 type policyFlags struct {
-	rules         []client.EgressRule // --allow and --deny, in command-line order
+	rules         []api.EgressRule // --allow and --deny, in command-line order
 	defaultAction string
 	file          string
 	credProxy     bool
@@ -28,8 +29,8 @@ type policyFlags struct {
 // list, so rules keep the order in which the flags were given, across both
 // flags.
 type ruleFlag struct {
-	action string
-	list   *[]client.EgressRule
+	action api.PolicyAction
+	list   *[]api.EgressRule
 }
 
 func (f ruleFlag) Set(v string) error {
@@ -37,7 +38,7 @@ func (f ruleFlag) Set(v string) error {
 	if v == "" {
 		return errors.New("empty target")
 	}
-	*f.list = append(*f.list, client.EgressRule{Action: f.action, Target: v})
+	*f.list = append(*f.list, api.EgressRule{Action: f.action, Target: v})
 	return nil
 }
 
@@ -62,18 +63,18 @@ func (p *policyFlags) register(cmd *cobra.Command) {
 // registerRules adds the flags that describe a policy to cmd.
 func (p *policyFlags) registerRules(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.Var(ruleFlag{action: client.ActionAllow, list: &p.rules}, "allow",
+	f.Var(ruleFlag{action: api.PolicyActionAllow, list: &p.rules}, "allow",
 		"allow outbound traffic to TARGET: name, *.suffix, IP or CIDR (repeatable; rules keep the order of --allow and --deny, first match wins)")
-	f.Var(ruleFlag{action: client.ActionDeny, list: &p.rules}, "deny", "deny outbound traffic to TARGET (repeatable)")
+	f.Var(ruleFlag{action: api.PolicyActionDeny, list: &p.rules}, "deny", "deny outbound traffic to TARGET (repeatable)")
 	f.StringVar(&p.defaultAction, "default-action", "", "action for traffic no rule matches: allow or deny (default deny once a rule is given)")
 	f.StringVar(&p.file, "network-policy", "", "network policy as JSON from FILE, or - for stdin (instead of --allow, --deny and --default-action)")
 }
 
 // apply puts the policy the flags describe into req. No flag leaves the
 // sandbox unrestricted.
-func (p *policyFlags) apply(a *app, cmd *cobra.Command, req *client.CreateSandboxRequest) error {
+func (p *policyFlags) apply(a *app, cmd *cobra.Command, req *api.CreateSandboxRequest) error {
 	if p.credProxy {
-		req.CredentialProxy = &client.CredentialProxy{Enabled: true}
+		req.CredentialProxy = &api.CredentialProxy{Enabled: true}
 	}
 	np, err := p.policy(a, cmd)
 	req.NetworkPolicy = np
@@ -81,13 +82,13 @@ func (p *policyFlags) apply(a *app, cmd *cobra.Command, req *client.CreateSandbo
 }
 
 // policy is the policy the flags describe; nil when no flag is given.
-func (p *policyFlags) policy(a *app, cmd *cobra.Command) (*client.NetworkPolicy, error) {
+func (p *policyFlags) policy(a *app, cmd *cobra.Command) (*api.NetworkPolicy, error) {
 	ruled := len(p.rules) > 0 || cmd.Flags().Changed("default-action")
 	if cmd.Flags().Changed("network-policy") {
 		if ruled {
 			return nil, usagef(cmd, "--network-policy cannot be combined with --allow, --deny or --default-action")
 		}
-		var np client.NetworkPolicy
+		var np api.NetworkPolicy
 		if err := a.readJSON(cmd, p.file, &np); err != nil {
 			return nil, err
 		}
@@ -96,14 +97,14 @@ func (p *policyFlags) policy(a *app, cmd *cobra.Command) (*client.NetworkPolicy,
 	if !ruled {
 		return nil, nil
 	}
-	action := p.defaultAction
+	action := api.PolicyAction(p.defaultAction)
 	if action == "" {
-		action = client.ActionDeny
+		action = api.PolicyActionDeny
 	}
-	if action != client.ActionAllow && action != client.ActionDeny {
+	if action != api.PolicyActionAllow && action != api.PolicyActionDeny {
 		return nil, usagef(cmd, "--default-action %q: want allow or deny", p.defaultAction)
 	}
-	return &client.NetworkPolicy{DefaultAction: action, Egress: p.rules}, nil
+	return &api.NetworkPolicy{DefaultAction: action, Egress: p.rules}, nil
 }
 
 // readJSON decodes one JSON value from FILE, or from stdin when name is
@@ -183,19 +184,19 @@ func (a *app) newEgressCmd() *cobra.Command {
 			Use:   "get ID",
 			Short: "Show a sandbox's network policy",
 			Args:  argsUsage(cobra.ExactArgs(1)),
-			RunE: a.policyRun(func(c *client.Client, cmd *cobra.Command, args []string) (*client.PolicyStatus, error) {
-				return c.GetEgressPolicy(cmd.Context(), args[0])
+			RunE: a.policyRun(func(c *hybox.Client, cmd *cobra.Command, args []string) (api.PolicyStatus, error) {
+				return c.Sandbox(args[0]).EgressPolicy(cmd.Context())
 			}),
 		},
-		a.newRuleCmd(client.ActionAllow, "Allow targets: the new rules go before the existing ones"),
-		a.newRuleCmd(client.ActionDeny, "Deny targets: the new rules go before the existing ones"),
+		a.newRuleCmd(api.PolicyActionAllow, "Allow targets: the new rules go before the existing ones"),
+		a.newRuleCmd(api.PolicyActionDeny, "Deny targets: the new rules go before the existing ones"),
 		&cobra.Command{
 			Use:     "rm ID TARGET...",
 			Aliases: []string{"remove", "delete"},
 			Short:   "Remove the rules with these targets",
 			Args:    argsUsage(cobra.MinimumNArgs(2)),
-			RunE: a.policyRun(func(c *client.Client, cmd *cobra.Command, args []string) (*client.PolicyStatus, error) {
-				return c.DeleteEgressRules(cmd.Context(), args[0], args[1:])
+			RunE: a.policyRun(func(c *hybox.Client, cmd *cobra.Command, args []string) (api.PolicyStatus, error) {
+				return c.Sandbox(args[0]).RemoveEgressRules(cmd.Context(), args[1:]...)
 			}),
 		},
 		&cobra.Command{
@@ -205,45 +206,45 @@ func (a *app) newEgressCmd() *cobra.Command {
 				`{"defaultAction": "deny", "egress": [{"action": "allow", "target": "pypi.org"}]}` + "\n" +
 				"A policy without defaultAction denies by default.",
 			Args: argsUsage(cobra.ExactArgs(2)),
-			RunE: a.policyRun(func(c *client.Client, cmd *cobra.Command, args []string) (*client.PolicyStatus, error) {
-				var np client.NetworkPolicy
+			RunE: a.policyRun(func(c *hybox.Client, cmd *cobra.Command, args []string) (api.PolicyStatus, error) {
+				var np api.NetworkPolicy
 				if err := a.readJSON(cmd, args[1], &np); err != nil {
-					return nil, err
+					return api.PolicyStatus{}, err
 				}
-				return c.SetEgressPolicy(cmd.Context(), args[0], np)
+				return c.Sandbox(args[0]).SetEgressPolicy(cmd.Context(), np)
 			}),
 		},
 	)
 	return cmd
 }
 
-func (a *app) newRuleCmd(action, short string) *cobra.Command {
+func (a *app) newRuleCmd(action api.PolicyAction, short string) *cobra.Command {
 	return &cobra.Command{
-		Use:   action + " ID TARGET...",
+		Use:   string(action) + " ID TARGET...",
 		Short: short,
 		Long: short + ".\nThey keep the order given, and a rule for a target that already has one\n" +
 			"replaces it.",
 		Args: argsUsage(cobra.MinimumNArgs(2)),
-		RunE: a.policyRun(func(c *client.Client, cmd *cobra.Command, args []string) (*client.PolicyStatus, error) {
-			rules := make([]client.EgressRule, 0, len(args)-1)
+		RunE: a.policyRun(func(c *hybox.Client, cmd *cobra.Command, args []string) (api.PolicyStatus, error) {
+			rules := make([]api.EgressRule, 0, len(args)-1)
 			for _, t := range args[1:] {
-				rules = append(rules, client.EgressRule{Action: action, Target: t})
+				rules = append(rules, api.EgressRule{Action: action, Target: t})
 			}
-			return c.PatchEgressRules(cmd.Context(), args[0], rules)
+			return c.Sandbox(args[0]).PatchEgressRules(cmd.Context(), rules...)
 		}),
 	}
 }
 
 // policyRun is the RunE of an egress command: call, then print the policy
 // in force.
-func (a *app) policyRun(call func(*client.Client, *cobra.Command, []string) (*client.PolicyStatus, error)) func(*cobra.Command, []string) error {
-	return callAndPrint(a, call, func(st *client.PolicyStatus) json.RawMessage { return st.Raw }, writePolicy)
+func (a *app) policyRun(call func(*hybox.Client, *cobra.Command, []string) (api.PolicyStatus, error)) func(*cobra.Command, []string) error {
+	return callAndPrint(a, call, writePolicy)
 }
 
 // callAndPrint is the RunE shared by the egress and vault commands: call,
-// then print the server's JSON (-o json) or the table form.
-func callAndPrint[T any](a *app, call func(*client.Client, *cobra.Command, []string) (T, error),
-	raw func(T) json.RawMessage, write func(io.Writer, T) error) func(*cobra.Command, []string) error {
+// then print the answer as JSON (-o json) or in table form.
+func callAndPrint[T any](a *app, call func(*hybox.Client, *cobra.Command, []string) (T, error),
+	write func(io.Writer, T) error) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, args []string) error {
 		asJSON, err := a.json(cmd)
 		if err != nil {
@@ -258,7 +259,7 @@ func callAndPrint[T any](a *app, call func(*client.Client, *cobra.Command, []str
 			return err
 		}
 		if asJSON {
-			return writeJSON(a.env.Stdout, raw(st))
+			return writeValue(a.env.Stdout, st)
 		}
 		return write(a.env.Stdout, st)
 	}
@@ -266,11 +267,11 @@ func callAndPrint[T any](a *app, call func(*client.Client, *cobra.Command, []str
 
 // writePolicy prints a policy as aligned "Field: value" lines, one rule
 // per line.
-func writePolicy(w io.Writer, st *client.PolicyStatus) error {
+func writePolicy(w io.Writer, st api.PolicyStatus) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "Mode:\t%s\n", dash(st.Mode))
-	fmt.Fprintf(tw, "Enforcement:\t%s\n", dash(st.EnforcementMode))
-	fmt.Fprintf(tw, "Default:\t%s\n", dash(st.Policy.DefaultAction))
+	fmt.Fprintf(tw, "Mode:\t%s\n", dash(string(st.Mode)))
+	fmt.Fprintf(tw, "Enforcement:\t%s\n", dash(string(st.EnforcementMode)))
+	fmt.Fprintf(tw, "Default:\t%s\n", dash(string(st.Policy.DefaultAction)))
 	if st.Reason != "" {
 		fmt.Fprintf(tw, "Reason:\t%s\n", st.Reason)
 	}
@@ -304,12 +305,12 @@ func (a *app) newVaultCmd() *cobra.Command {
 				`               "auth": {"type": "bearer", "credential": "gh"}}]}` + "\n" +
 				"Auth types: bearer, basic, apiKey (with name: the header), customHeaders, passthrough.",
 			Args: argsUsage(cobra.ExactArgs(2)),
-			RunE: a.vaultRun(func(c *client.Client, cmd *cobra.Command, args []string) (*client.VaultState, error) {
-				var req client.CreateVaultRequest
+			RunE: a.vaultRun(func(c *hybox.Client, cmd *cobra.Command, args []string) (api.VaultState, error) {
+				var req api.VaultCreateRequest
 				if err := a.readJSON(cmd, args[1], &req); err != nil {
-					return nil, err
+					return api.VaultState{}, err
 				}
-				return c.CreateCredentialVault(cmd.Context(), args[0], req)
+				return c.Sandbox(args[0]).CreateVault(cmd.Context(), req)
 			}),
 		},
 		&cobra.Command{
@@ -317,8 +318,8 @@ func (a *app) newVaultCmd() *cobra.Command {
 			Aliases: []string{"show"},
 			Short:   "Show the vault's credentials (without values) and bindings",
 			Args:    argsUsage(cobra.ExactArgs(1)),
-			RunE: a.vaultRun(func(c *client.Client, cmd *cobra.Command, args []string) (*client.VaultState, error) {
-				return c.GetCredentialVault(cmd.Context(), args[0])
+			RunE: a.vaultRun(func(c *hybox.Client, cmd *cobra.Command, args []string) (api.VaultState, error) {
+				return c.Sandbox(args[0]).Vault(cmd.Context())
 			}),
 		},
 		&cobra.Command{
@@ -330,12 +331,12 @@ func (a *app) newVaultCmd() *cobra.Command {
 				` "bindings": {"add": [...], "replace": [...], "delete": ["name"]}}` + "\n" +
 				"A stale expectedRevision fails with a conflict.",
 			Args: argsUsage(cobra.ExactArgs(2)),
-			RunE: a.vaultRun(func(c *client.Client, cmd *cobra.Command, args []string) (*client.VaultState, error) {
-				var req client.PatchVaultRequest
+			RunE: a.vaultRun(func(c *hybox.Client, cmd *cobra.Command, args []string) (api.VaultState, error) {
+				var req api.VaultPatchRequest
 				if err := a.readJSON(cmd, args[1], &req); err != nil {
-					return nil, err
+					return api.VaultState{}, err
 				}
-				return c.PatchCredentialVault(cmd.Context(), args[0], req)
+				return c.Sandbox(args[0]).PatchVault(cmd.Context(), req)
 			}),
 		},
 		&cobra.Command{
@@ -348,7 +349,7 @@ func (a *app) newVaultCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if err := c.DeleteCredentialVault(cmd.Context(), args[0]); err != nil {
+				if err := c.Sandbox(args[0]).DeleteVault(cmd.Context()); err != nil {
 					return err
 				}
 				_, err = fmt.Fprintln(a.env.Stdout, args[0])
@@ -360,13 +361,13 @@ func (a *app) newVaultCmd() *cobra.Command {
 }
 
 // vaultRun is the RunE of a vault command: call, then print the vault.
-func (a *app) vaultRun(call func(*client.Client, *cobra.Command, []string) (*client.VaultState, error)) func(*cobra.Command, []string) error {
-	return callAndPrint(a, call, func(st *client.VaultState) json.RawMessage { return st.Raw }, writeVault)
+func (a *app) vaultRun(call func(*hybox.Client, *cobra.Command, []string) (api.VaultState, error)) func(*cobra.Command, []string) error {
+	return callAndPrint(a, call, writeVault)
 }
 
 // writeVault prints a vault: its revision, then a table of credentials
 // and one of bindings.
-func writeVault(w io.Writer, st *client.VaultState) error {
+func writeVault(w io.Writer, st api.VaultState) error {
 	fmt.Fprintf(w, "Revision: %d\n", st.Revision)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "CREDENTIAL\tSOURCE\tREVISION")
@@ -387,7 +388,7 @@ func writeVault(w io.Writer, st *client.VaultState) error {
 				auth += " (" + b.Auth.Name + ")"
 			}
 		}
-		var m client.BindingMatch
+		var m api.VaultMatch
 		if b.Match != nil {
 			m = *b.Match
 		}

@@ -12,16 +12,33 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hybox-dev/hybox/client"
-	"github.com/hybox-dev/hybox/client/servertest"
+	"github.com/hybox-dev/hybox/sdks/go/api"
+	"github.com/hybox-dev/hybox/server/servertest"
 )
 
 // live runs the CLI in-process against a real server.
 func live(t *testing.T, srv *servertest.Server, stdin string, args ...string) result {
 	t.Helper()
+	return liveCtx(context.Background(), t, srv, stdin, args...)
+}
+
+// liveCtx is live with a context, which the test may cancel as Ctrl-C
+// would.
+func liveCtx(ctx context.Context, t *testing.T, srv *servertest.Server, stdin string, args ...string) result {
+	t.Helper()
+	return liveEnvCtx(ctx, t, map[string]string{EnvDomain: srv.URL, EnvAPIKey: srv.APIKey}, stdin, args...)
+}
+
+// liveEnv runs the CLI with env as its environment.
+func liveEnv(t *testing.T, env map[string]string, stdin string, args ...string) result {
+	t.Helper()
+	return liveEnvCtx(context.Background(), t, env, stdin, args...)
+}
+
+func liveEnvCtx(ctx context.Context, t *testing.T, env map[string]string, stdin string, args ...string) result {
+	t.Helper()
 	var out, errb bytes.Buffer
-	env := map[string]string{EnvDomain: srv.URL, EnvAPIKey: srv.APIKey}
-	code := Main(context.Background(), Env{
+	code := Main(ctx, Env{
 		Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errb,
 		Getenv: func(k string) string { return env[k] },
 	}, args)
@@ -43,13 +60,13 @@ func policyOf(t *testing.T, srv *servertest.Server, id string) ([]string, string
 	t.Helper()
 	r := live(t, srv, "", "egress", "get", id, "-o", "json")
 	r.check(t, 0)
-	var st client.PolicyStatus
+	var st api.PolicyStatus
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &st), r.stdout)
 	var out []string
 	for _, rule := range st.Policy.Egress {
-		out = append(out, rule.Action+" "+rule.Target)
+		out = append(out, string(rule.Action)+" "+rule.Target)
 	}
-	return out, st.Policy.DefaultAction
+	return out, string(st.Policy.DefaultAction)
 }
 
 func writeFile(t *testing.T, name, content string) string {
@@ -168,9 +185,9 @@ func TestEgressCommands(t *testing.T) {
 		"              allow  pypi.org\n", r.stdout)
 	r = live(t, srv, "", "egress", "allow", id, "Good.Example.COM", "-o", "json")
 	r.check(t, 0)
-	var st client.PolicyStatus
+	var st api.PolicyStatus
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &st), r.stdout)
-	assert.Equal(t, "ok", st.Status)
+	assert.Equal(t, api.PolicyStatusStatus("ok"), st.Status)
 	rules, _ := policyOf(t, srv, id)
 	assert.Equal(t, []string{"allow good.example.com", "deny *.example.com", "deny 10.0.0.0/8", "allow pypi.org"}, rules)
 
@@ -260,7 +277,7 @@ func TestVaultCommands(t *testing.T) {
 	assert.Contains(t, r.stderr, "error: VAULT_EXISTS: ")
 
 	r = run("", 0, "vault", "get", id, "-o", "json")
-	var st client.VaultState
+	var st api.VaultState
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &st), r.stdout)
 	assert.EqualValues(t, 1, st.Revision)
 	require.Len(t, st.Credentials, 1)

@@ -8,16 +8,12 @@ import (
 	"os"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/hybox-dev/hybox/client"
+	hybox "github.com/hybox-dev/hybox/sdks/go"
+	"github.com/hybox-dev/hybox/sdks/go/api"
 )
-
-// interruptGrace bounds the request that interrupts a remote execution
-// after the user pressed Ctrl-C.
-const interruptGrace = 5 * time.Second
 
 func (a *app) newExecCmd() *cobra.Command {
 	var (
@@ -51,39 +47,31 @@ func (a *app) newExecCmd() *cobra.Command {
 				return err
 			}
 			ctx := cmd.Context()
-			ex, err := c.Execd(ctx, id)
-			if err != nil {
-				return err
-			}
-			st, err := ex.RunCommand(ctx, client.CommandRequest{
-				Command: shellJoin(argv), Cwd: cwd, Background: background,
-				Timeout: timeout.d.Milliseconds(), Envs: envs,
-			})
-			if err != nil {
-				return err
-			}
-			x, err := st.Collect(func(ev client.Event) {
-				switch ev.Type {
-				case client.EventStdout:
-					fmt.Fprintln(a.env.Stdout, ev.Text)
-				case client.EventStderr:
-					fmt.Fprintln(a.env.Stderr, ev.Text)
-				}
-			})
-			if err != nil {
-				return a.streamFailed(ctx, err, x, func(ctx context.Context, id string) error { return ex.InterruptCommand(ctx, id) })
-			}
+			sb := c.Sandbox(id)
+			req := hybox.Command{Command: shellJoin(argv), Cwd: cwd, Timeout: timeout.d.Milliseconds(), Envs: envs}
 			if background {
-				_, err := fmt.Fprintln(a.env.Stdout, x.ID)
+				bg, err := sb.Start(ctx, req)
+				if err != nil {
+					return a.streamFailed(ctx, err)
+				}
+				_, err = fmt.Fprintln(a.env.Stdout, bg.ID)
 				return err
 			}
-			if code, ok := x.ExitCode(); ok {
-				if code != 0 {
-					return exitError{code: code}
-				}
-				return nil
+			x, err := sb.Exec(ctx, req, &hybox.Handlers{
+				OnStdout: func(s string) { fmt.Fprintln(a.env.Stdout, s) },
+				OnStderr: func(s string) { fmt.Fprintln(a.env.Stderr, s) },
+			})
+			if err != nil {
+				return a.streamFailed(ctx, err)
 			}
-			return exitError{code: ExitError, msg: x.Error.Error()}
+			switch err := x.Err(); {
+			case err == nil:
+				return nil
+			case errors.Is(err, hybox.ErrExitStatus):
+				return exitError{code: x.ExitCode}
+			default:
+				return exitError{code: ExitError, msg: strings.TrimPrefix(err.Error(), "hybox: ")}
+			}
 		},
 	}
 	f := cmd.Flags()
@@ -95,20 +83,14 @@ func (a *app) newExecCmd() *cobra.Command {
 	return cmd
 }
 
-// streamFailed handles a stream that ended badly. When the user
-// interrupted (ctx cancelled), it interrupts the remote execution x.ID.
-func (a *app) streamFailed(ctx context.Context, err error, x *client.Execution, interrupt func(context.Context, string) error) error {
+// streamFailed handles an execution that ended badly. When the user
+// interrupted (ctx cancelled), the SDK has interrupted the remote
+// execution.
+func (a *app) streamFailed(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
-		if x != nil && x.ID != "" {
-			ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), interruptGrace)
-			defer cancel()
-			if ierr := interrupt(ictx, x.ID); ierr != nil {
-				fmt.Fprintf(a.env.Stderr, "error: interrupting %s: %v\n", x.ID, ierr)
-			}
-		}
 		return exitError{code: ExitInterrupted, msg: "interrupted"}
 	}
-	if errors.Is(err, client.ErrIncomplete) {
+	if errors.Is(err, hybox.ErrIncomplete) {
 		return exitError{code: ExitError, msg: "the stream ended before the execution finished"}
 	}
 	return err
@@ -156,37 +138,28 @@ func (a *app) newRunCmd() *cobra.Command {
 				return err
 			}
 			ctx := cmd.Context()
-			var (
-				st        *client.Stream
-				interrupt = func(context.Context, string) error { return nil }
-			)
+			h := &hybox.Handlers{OnEvent: a.printCodeEvent}
+			var x *hybox.Execution
 			if sandboxID == "" {
-				st, err = c.Run(ctx, client.RunRequest{Language: language, Code: code, TimeoutMs: timeout.d.Milliseconds(), NetworkPolicy: np})
+				x, err = c.Run(ctx, api.RunRequest{Language: language, Code: &code, TimeoutMs: timeout.d.Milliseconds(), NetworkPolicy: np}, h)
 			} else {
 				if timeout.d > 0 {
 					var cancel context.CancelFunc
 					ctx, cancel = context.WithTimeout(ctx, timeout.d)
 					defer cancel()
 				}
-				var ex *client.Execd
-				if ex, err = c.Execd(ctx, sandboxID); err != nil {
+				req := hybox.CodeOf(language, code)
+				req.Context.ID = contextID
+				x, err = c.Sandbox(sandboxID).RunCode(ctx, req, h)
+			}
+			if err != nil {
+				if ctx.Err() == nil && !errors.Is(err, hybox.ErrIncomplete) {
 					return err
 				}
-				interrupt = ex.InterruptCode
-				st, err = ex.RunCode(ctx, client.CodeRequest{Context: client.CodeContext{ID: contextID, Language: language}, Code: code})
-			}
-			if err != nil {
-				return err
-			}
-			x, err := st.Collect(func(ev client.Event) { a.printCodeEvent(ev) })
-			if err != nil {
 				if errors.Is(ctx.Err(), context.DeadlineExceeded) && cmd.Context().Err() == nil {
-					ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), interruptGrace)
-					defer cancel()
-					_ = interrupt(ictx, x.ID)
 					return exitError{code: ExitError, msg: "timed out after " + timeout.d.String()}
 				}
-				return a.streamFailed(ctx, err, x, interrupt)
+				return a.streamFailed(ctx, err)
 			}
 			if x.Error != nil {
 				a.printTraceback(x.Error)
@@ -230,14 +203,14 @@ func (a *app) readCode(cmd *cobra.Command, args []string, file string) (string, 
 
 // printCodeEvent writes one event of a code stream: output as it comes
 // (code output carries its own newlines), results as text.
-func (a *app) printCodeEvent(ev client.Event) {
+func (a *app) printCodeEvent(ev api.Event) {
 	switch ev.Type {
-	case client.EventStdout:
+	case api.EventTypeStdout:
 		io.WriteString(a.env.Stdout, ev.Text)
-	case client.EventStderr:
+	case api.EventTypeStderr:
 		io.WriteString(a.env.Stderr, ev.Text)
-	case client.EventResult:
-		if s, ok := ev.ResultText(); ok {
+	case api.EventTypeResult:
+		if s, ok := resultText(ev.Results); ok {
 			if !strings.HasSuffix(s, "\n") {
 				s += "\n"
 			}
@@ -253,13 +226,23 @@ func (a *app) printCodeEvent(ev client.Event) {
 	}
 }
 
+// resultText returns the plain-text form of a result ("text", or
+// "text/plain" from servers that do not rename it).
+func resultText(r api.MimeBundle) (string, bool) {
+	if s, ok := r["text"]; ok {
+		return s, true
+	}
+	s, ok := r["text/plain"]
+	return s, ok
+}
+
 // printTraceback writes a code error to stderr.
-func (a *app) printTraceback(e *client.ExecError) {
+func (a *app) printTraceback(e *api.ExecError) {
 	if len(e.Traceback) > 0 {
 		for _, l := range e.Traceback {
 			fmt.Fprintln(a.env.Stderr, strings.TrimRight(l, "\n"))
 		}
 		return
 	}
-	fmt.Fprintln(a.env.Stderr, e.Error())
+	fmt.Fprintln(a.env.Stderr, e.EName+": "+e.EValue)
 }

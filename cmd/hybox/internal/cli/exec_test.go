@@ -2,137 +2,134 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/hybox-dev/hybox/client"
-	"github.com/hybox-dev/hybox/client/clienttest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hybox-dev/hybox/sdks/go/api"
+	"github.com/hybox-dev/hybox/server/servertest"
 )
 
 func TestExec(t *testing.T) {
-	srv := clienttest.NewServer(t)
-	id := running(srv)
+	srv := servertest.New(t)
+	id := running(t, srv, api.CreateSandboxRequest{})
 	tests := []struct {
 		name           string
 		args           []string
 		code           int
 		stdout, stderr string
-		sent           string // command the server received
 	}{
-		{name: "echo", args: []string{"exec", id, "--", "echo", "hi", "there"}, stdout: "hi there\n", sent: "echo hi there"},
-		{name: "without dashes", args: []string{"exec", id, "echo", "-n", "x"}, stdout: "-n x\n", sent: "echo -n x"},
-		{name: "exit code", args: []string{"exec", id, "--", "exit", "3"}, code: 3, stdout: "bye\n", stderr: "oops\n"},
-		{name: "failure without exit code", args: []string{"exec", id, "--", "fail"}, code: 1, stderr: "error: TimeoutError: command timed out\n"},
-		{name: "one argument is a command line", args: []string{"exec", id, "--", "ls | wc -l"}, stdout: "ran: ls | wc -l\n", sent: "ls | wc -l"},
-		{name: "several arguments are quoted", args: []string{"exec", id, "--", "printf", "%s\n", "a b", "it's"}, stdout: "ran: printf '%s\n' 'a b' 'it'\\''s'\n", sent: `printf '%s` + "\n" + `' 'a b' 'it'\''s'`},
-		{name: "options", args: []string{"exec", "--cwd", "/w", "--env", "A=1", "--env", "B=2", "--timeout", "2s", id, "--", "env"}, stdout: "cwd=/w\ntimeout=2000\nA=1\nB=2\n"},
-		{name: "background", args: []string{"exec", "--background", id, "--", "sleep", "100"}},
+		{name: "echo", args: []string{"exec", id, "--", "echo", "hi", "there"}, stdout: "hi there\n"},
+		{name: "without dashes", args: []string{"exec", id, "echo", "x", "-n"}, stdout: "x -n\n"},
+		{name: "exit code", args: []string{"exec", id, "--", "echo bye; echo oops >&2; exit 3"}, code: 3, stdout: "bye\n", stderr: "oops\n"},
+		{name: "killed at its timeout", args: []string{"exec", "--timeout", "300ms", id, "--", "sleep 10"}, code: 137},
+		{name: "one argument is a command line", args: []string{"exec", id, "--", "echo a && echo b"}, stdout: "a\nb\n"},
+		{name: "several arguments are quoted", args: []string{"exec", id, "--", "printf", "%s\n", "a b", "it's", "$HOME"}, stdout: "a b\nit's\n$HOME\n"},
+		{name: "options", args: []string{"exec", "--cwd", "/tmp", "--env", "A=1", "--env", "B=2", "--timeout", "20s", id, "--", "pwd; echo $A$B"}, stdout: "/tmp\n12\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := hybox(t, srv, "", tt.args...)
+			r := live(t, srv, "", tt.args...)
 			r.check(t, tt.code)
-			if tt.name == "background" {
-				if !strings.HasPrefix(r.stdout, "cmd-") {
-					t.Errorf("background printed %q, want the command id", r.stdout)
-				}
-				req, _ := srv.LastRequest("POST", "/command")
-				if !strings.Contains(string(req.Body), `"background":true`) {
-					t.Errorf("body = %s", req.Body)
-				}
-				return
-			}
 			if r.stdout != tt.stdout || r.stderr != tt.stderr {
 				t.Errorf("stdout %q stderr %q; want %q %q", r.stdout, r.stderr, tt.stdout, tt.stderr)
 			}
-			if tt.sent != "" {
-				req, _ := srv.LastRequest("POST", "/command")
-				var body client.CommandRequest
-				if err := json.Unmarshal(req.Body, &body); err != nil || body.Command != tt.sent {
-					t.Errorf("sent %q, want %q", body.Command, tt.sent)
-				}
-			}
 		})
 	}
+
+	t.Run("background", func(t *testing.T) {
+		r := live(t, srv, "", "exec", "--background", id, "--", "echo started; exit 5")
+		r.check(t, 0)
+		ctx := context.Background()
+		bg, err := sdk(t, srv).Sandbox(id).Command(ctx, strings.TrimSpace(r.stdout))
+		require.NoError(t, err)
+		st, err := bg.Wait(ctx, 0)
+		require.NoError(t, err, "the CLI printed %q, not a command id", r.stdout)
+		require.NotNil(t, st.ExitCode)
+		assert.Equal(t, 5, *st.ExitCode)
+		logs, _, err := bg.Logs(ctx, 0)
+		require.NoError(t, err)
+		assert.Equal(t, "started\n", logs)
+	})
 }
 
+// Ctrl-C (the context ends) stops the command in the sandbox.
 func TestExecInterrupt(t *testing.T) {
-	srv := clienttest.NewServer(t)
-	id := running(srv)
+	srv := servertest.New(t)
+	id := running(t, srv, api.CreateSandboxRequest{})
+	sb := sdk(t, srv).Sandbox(id)
+	ticks := func() int {
+		b, err := sb.ReadFile(context.Background(), "/tmp/ticks")
+		if err != nil {
+			return 0
+		}
+		return strings.Count(string(b), "\n")
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan result)
-	go func() { done <- hyboxCtx(ctx, t, srv, "", "exec", id, "--", "hang") }()
-	// Wait until the command runs, then press "Ctrl-C".
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if _, ok := srv.LastRequest("POST", "/command"); ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("command never started")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	time.Sleep(20 * time.Millisecond) // let the init event arrive
+	go func() {
+		done <- liveCtx(ctx, t, srv, "", "exec", id, "--", "for i in $(seq 1 200); do echo $i >> /tmp/ticks; sleep 0.05; done")
+	}()
+	require.Eventually(t, func() bool { return ticks() > 2 }, 20*time.Second, 10*time.Millisecond, "the command never started")
 	cancel()
 	r := <-done
 	r.check(t, ExitInterrupted)
-	req, ok := srv.LastRequest("DELETE", "/command")
-	if !ok || !strings.HasPrefix(req.Query.Get("id"), "cmd-") {
-		t.Errorf("no interrupt sent for the command: %+v", req)
-	}
+	time.Sleep(time.Second) // the interrupt lands
+	n := ticks()
+	time.Sleep(500 * time.Millisecond)
+	assert.Equal(t, n, ticks(), "the command went on after Ctrl-C")
+	assert.Less(t, n, 200)
 }
 
 func TestRun(t *testing.T) {
-	srv := clienttest.NewServer(t)
-	id := running(srv)
+	srv := servertest.New(t)
+	id := running(t, srv, api.CreateSandboxRequest{})
+	cc, err := sdk(t, srv).Sandbox(id).CreateContext(context.Background(), api.CodeContextRequest{Language: "python"})
+	require.NoError(t, err)
 	file := filepath.Join(t.TempDir(), "x.py")
-	if err := os.WriteFile(file, []byte("from_file()"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(file, []byte("print('from file')"), 0o644))
 	tests := []struct {
 		name           string
 		stdin          string
 		args           []string
-		dataPrefix     bool
 		code           int
 		stdout, stderr string
-		path           string // request path suffix
-		body           string // expected in the request body
 	}{
-		{name: "one-shot", args: []string{"run", "print(1)"}, stdout: "out: print(1)\n42\n", path: "/v1/run", body: `"language":"python"`},
-		{name: "one-shot javascript with timeout", args: []string{"run", "-l", "javascript", "--timeout", "3s", "1+1"}, stdout: "out: 1+1\n42\n", path: "/v1/run", body: `"timeoutMs":3000`},
-		{name: "one-shot sse framing", args: []string{"run", "x"}, dataPrefix: true, stdout: "out: x\n42\n", path: "/v1/run"},
-		{name: "traceback", args: []string{"run", "raise ValueError('boom')"}, code: 1, stdout: "before\n", stderr: "Traceback (most recent call last):\nValueError: boom\n", path: "/v1/run"},
-		{name: "one-shot with a policy", args: []string{"run", "--allow", "pypi.org", "--deny", "*.evil.test", "x"}, stdout: "out: x\n42\n", path: "/v1/run",
-			body: `"networkPolicy":{"defaultAction":"deny","egress":[{"action":"allow","target":"pypi.org"},{"action":"deny","target":"*.evil.test"}]}`},
-		{name: "one-shot without a policy", args: []string{"run", "x"}, stdout: "out: x\n42\n", path: "/v1/run", body: `{"language":"python","code":"x"}`},
+		{name: "one-shot", args: []string{"run", "print(1)\n6*7"}, stdout: "1\n42\n"},
+		{name: "one-shot javascript with timeout", args: []string{"run", "-l", "javascript", "--timeout", "3s", "console.log(1+1)"}, stdout: "2\n"},
+		{name: "traceback", args: []string{"run", "print('before')\nraise ValueError('boom')"}, code: 1, stdout: "before\n"},
+		{name: "one-shot with a policy", args: []string{"run", "--allow", "pypi.org", "--deny", "*.evil.test", "print(2)"}, stdout: "2\n"},
 		{name: "policy in a sandbox", args: []string{"run", "--sandbox", id, "--allow", "x.test", "1"}, code: 2,
 			stderr: "error: a network policy applies to one-shot runs: change a sandbox's with hybox egress\nRun 'hybox run --help' for usage.\n"},
-		{name: "from file", args: []string{"run", "-f", file}, stdout: "out: from_file()\n42\n", path: "/v1/run", body: `"code":"from_file()"`},
-		{name: "from stdin", stdin: "piped()", args: []string{"run", "-"}, stdout: "out: piped()\n42\n", path: "/v1/run", body: `"code":"piped()"`},
-		{name: "in a sandbox", args: []string{"run", "--sandbox", id, "x = 2"}, stdout: "out: x = 2\n42\n", path: "/code", body: `"context":{"language":"python"}`},
-		{name: "in a context", args: []string{"run", "--sandbox", id, "--context", "ctx-1", "-f", "-"}, stdin: "y", stdout: "out: y\n42\n", path: "/code", body: `"context":{"id":"ctx-1","language":"python"}`},
-		{name: "sandbox traceback", args: []string{"run", "--sandbox", id, "raise"}, code: 1, stdout: "before\n", stderr: "Traceback (most recent call last):\nValueError: boom\n", path: "/code"},
-		{name: "unknown context", args: []string{"run", "--sandbox", id, "--context", "missing", "1"}, code: 1, stderr: "error: CONTEXT_NOT_FOUND: context missing not found\n"},
+		{name: "from file", args: []string{"run", "-f", file}, stdout: "from file\n"},
+		{name: "from stdin", stdin: "print('piped')", args: []string{"run", "-"}, stdout: "piped\n"},
+		{name: "in a sandbox", args: []string{"run", "--sandbox", id, "x = 2"}},
+		{name: "the sandbox's default context keeps state", args: []string{"run", "--sandbox", id, "print(x)"}, stdout: "2\n"},
+		{name: "in a context", args: []string{"run", "--sandbox", id, "--context", cc.ID, "-f", "-"}, stdin: "y = 5\ny * 2", stdout: "10\n"},
+		{name: "sandbox traceback", args: []string{"run", "--sandbox", id, "print('before')\nraise ValueError('boom')"}, code: 1, stdout: "before\n"},
+		{name: "sandbox timeout", args: []string{"run", "--sandbox", id, "--timeout", "300ms", "import time\ntime.sleep(10)"}, code: 1,
+			stderr: "error: timed out after 300ms\n"},
+		{name: "unknown context", args: []string{"run", "--sandbox", id, "--context", "missing", "1"}, code: 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			srv.SetDataPrefix(tt.dataPrefix)
-			r := hybox(t, srv, tt.stdin, tt.args...)
+			r := live(t, srv, tt.stdin, tt.args...)
 			r.check(t, tt.code)
-			if r.stdout != tt.stdout || r.stderr != tt.stderr {
-				t.Errorf("stdout %q stderr %q; want %q %q", r.stdout, r.stderr, tt.stdout, tt.stderr)
-			}
-			if tt.path != "" {
-				req, ok := srv.LastRequest("POST", tt.path)
-				if !ok || !strings.Contains(string(req.Body), tt.body) {
-					t.Errorf("request %s body %s, want it to contain %s", tt.path, req.Body, tt.body)
-				}
+			assert.Equal(t, tt.stdout, r.stdout)
+			switch {
+			case tt.stderr != "":
+				assert.Equal(t, tt.stderr, r.stderr)
+			case strings.Contains(tt.name, "traceback"):
+				assert.Contains(t, r.stderr, "ValueError: boom")
+			case tt.name == "unknown context":
+				assert.True(t, strings.HasPrefix(r.stderr, "error: CONTEXT_NOT_FOUND: "), r.stderr)
+			default:
+				assert.Empty(t, r.stderr)
 			}
 		})
 	}

@@ -12,7 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/hybox-dev/hybox/client"
+	hybox "github.com/hybox-dev/hybox/sdks/go"
+	"github.com/hybox-dev/hybox/sdks/go/api"
 )
 
 func (a *app) newFilesCmd() *cobra.Command {
@@ -34,13 +35,13 @@ func (a *app) newPutCmd() *cobra.Command {
 		Args:  argsUsage(cobra.ExactArgs(3)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, local, remote := args[0], args[1], args[2]
-			up := client.Upload{Path: remote}
+			up := hybox.Upload{Path: remote}
 			if mode != "" {
 				m, err := strconv.ParseUint(mode, 8, 32)
 				if err != nil || m > 0o7777 {
 					return usagef(cmd, "--mode %q: want octal digits such as 644", mode)
 				}
-				up.Mode = octalDigits(fs.FileMode(m))
+				up.Mode = fromOctal(m)
 			}
 			if local == "-" {
 				up.Content = a.env.Stdin
@@ -58,7 +59,7 @@ func (a *app) newPutCmd() *cobra.Command {
 					return usagef(cmd, "%s is a directory", local)
 				}
 				if up.Mode == 0 {
-					up.Mode = octalDigits(fi.Mode().Perm())
+					up.Mode = fi.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
 				}
 				up.Content = f
 			}
@@ -66,25 +67,30 @@ func (a *app) newPutCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ex, err := c.Execd(cmd.Context(), id)
-			if err != nil {
-				return err
-			}
-			return ex.UploadFiles(cmd.Context(), up)
+			return c.Sandbox(id).Upload(cmd.Context(), up)
 		},
 	}
 	cmd.Flags().StringVar(&mode, "mode", "", "file mode in octal (default: the local file's)")
 	return cmd
 }
 
-// octalDigits writes a permission as the protocol does: octal digits read
-// as a decimal number (0o755 → 755).
-func octalDigits(m fs.FileMode) int {
-	n, _ := strconv.Atoi(strconv.FormatUint(uint64(m&0o7777), 8))
-	return n
+// fromOctal turns permission bits such as 0o4755 into an fs.FileMode.
+func fromOctal(m uint64) fs.FileMode {
+	mode := fs.FileMode(m) & fs.ModePerm
+	if m&0o4000 != 0 {
+		mode |= fs.ModeSetuid
+	}
+	if m&0o2000 != 0 {
+		mode |= fs.ModeSetgid
+	}
+	if m&0o1000 != 0 {
+		mode |= fs.ModeSticky
+	}
+	return mode
 }
 
-// fromOctalDigits is the inverse of octalDigits.
+// fromOctalDigits reads a mode in the wire form, octal digits written as
+// a decimal number (755 is 0o755).
 func fromOctalDigits(n int) fs.FileMode {
 	m, err := strconv.ParseUint(strconv.Itoa(n), 8, 32)
 	if err != nil {
@@ -111,11 +117,7 @@ func (a *app) newGetFileCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ex, err := c.Execd(cmd.Context(), id)
-			if err != nil {
-				return err
-			}
-			rc, err := ex.Download(cmd.Context(), remote)
+			rc, err := c.Sandbox(id).Open(cmd.Context(), remote)
 			if err != nil {
 				return err
 			}
@@ -181,17 +183,13 @@ func (a *app) newLsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ex, err := c.Execd(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			list, err := ex.ListDir(cmd.Context(), dir, depth)
+			list, err := c.Sandbox(args[0]).ListDir(cmd.Context(), dir, depth)
 			if err != nil {
 				return err
 			}
 			if asJSON {
 				if list == nil {
-					list = []client.FileInfo{}
+					list = []api.FileInfo{}
 				}
 				return writeValue(a.env.Stdout, list)
 			}
@@ -199,10 +197,10 @@ func (a *app) newLsCmd() *cobra.Command {
 			fmt.Fprintln(tw, "MODE\tSIZE\tMODIFIED\tPATH")
 			for _, fi := range list {
 				name := fi.Path
-				if fi.Type == client.FileTypeDirectory {
+				if fi.Type == api.FileInfoTypeDirectory {
 					name += "/"
 				}
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", modeString(fi), fi.Size, dash(fi.ModifiedAt), name)
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", modeString(fi), fi.Size, formatTime(fi.ModifiedAt), name)
 			}
 			return tw.Flush()
 		},
@@ -212,14 +210,14 @@ func (a *app) newLsCmd() *cobra.Command {
 }
 
 // modeString renders a FileInfo's type and mode like ls -l does.
-func modeString(fi client.FileInfo) string {
+func modeString(fi api.FileInfo) string {
 	m := fromOctalDigits(fi.Mode)
 	switch fi.Type {
-	case client.FileTypeDirectory:
+	case api.FileInfoTypeDirectory:
 		m |= fs.ModeDir
-	case client.FileTypeSymlink:
+	case api.FileInfoTypeSymlink:
 		m |= fs.ModeSymlink
-	case client.FileTypeOther:
+	case api.FileInfoTypeOther:
 		m |= fs.ModeIrregular
 	}
 	return m.String()

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -96,19 +95,6 @@ func shellQuote(s string) string {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
-// writeJSON prints raw JSON indented, keeping the server's key order;
-// invalid JSON is printed as it is.
-func writeJSON(w io.Writer, raw []byte) error {
-	var buf bytes.Buffer
-	if json.Indent(&buf, bytes.TrimSpace(raw), "", "  ") != nil {
-		buf.Reset()
-		buf.Write(raw)
-	}
-	buf.WriteByte('\n')
-	_, err := w.Write(buf.Bytes())
-	return err
 }
 
 // writeValue prints v as indented JSON.

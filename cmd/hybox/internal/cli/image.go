@@ -77,7 +77,7 @@ func (a *app) newImageLsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			imgs, err := c.ListImages(cmd.Context())
+			imgs, err := c.Images(cmd.Context())
 			if err != nil {
 				return err
 			}

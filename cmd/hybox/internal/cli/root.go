@@ -1,6 +1,6 @@
 // Package cli implements the client commands of the hybox binary (sandbox,
-// exec, run, files, image, egress, vault) on top of the client package, and the mapping of their
-// outcomes to exit codes. It sees the process only through Env, so tests run
+// exec, run, files, image, egress, vault) on top of the Go SDK (sdks/go),
+// and the mapping of their outcomes to exit codes. It sees the process only through Env, so tests run
 // it in-process; cmd/hybox adds the server's own command (serve) to it.
 package cli
 
@@ -14,13 +14,14 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/hybox-dev/hybox/client"
+	hybox "github.com/hybox-dev/hybox/sdks/go"
 )
 
-// Environment variables read for the global flags' defaults.
+// Environment variables read for the global flags' defaults: hybox's
+// names first, then the OpenSandbox ones.
 const (
-	EnvDomain = "OPEN_SANDBOX_DOMAIN"
-	EnvAPIKey = "OPEN_SANDBOX_API_KEY"
+	EnvDomain = hybox.EnvDomain
+	EnvAPIKey = hybox.EnvAPIKey
 )
 
 // DefaultDomain is the server used when neither --domain nor
@@ -86,15 +87,15 @@ func (a *app) newRoot() *cobra.Command {
 		Short: "hybox: sandboxes for AI agents (OpenSandbox-compatible)",
 		Long: "hybox runs code, commands and file operations in sandboxes.\n\n" +
 			"Client commands talk to a hybox (or any OpenSandbox) server at --domain\n" +
-			"(env " + EnvDomain + ", default " + DefaultDomain + ") with the API key\n" +
-			"--api-key (env " + EnvAPIKey + ").",
+			"(env " + EnvDomain + " or " + hybox.EnvOpenSandboxDomain + ", default " + DefaultDomain + ")\n" +
+			"with the API key --api-key (env " + EnvAPIKey + " or " + hybox.EnvOpenSandboxKey + ").",
 		SilenceErrors: true,
 		SilenceUsage:  true,
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
 	pf := root.PersistentFlags()
-	pf.StringVar(&a.domain, "domain", "", "server address (env "+EnvDomain+"; default "+DefaultDomain+"; no scheme means http://)")
-	pf.StringVar(&a.apiKey, "api-key", "", "API key (env "+EnvAPIKey+")")
+	pf.StringVar(&a.domain, "domain", "", "server address (env "+EnvDomain+" or "+hybox.EnvOpenSandboxDomain+"; default "+DefaultDomain+"; no scheme means http://)")
+	pf.StringVar(&a.apiKey, "api-key", "", "API key (env "+EnvAPIKey+" or "+hybox.EnvOpenSandboxKey+")")
 	pf.StringVarP(&a.output, "output", "o", "table", "output format: table or json")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageError{cmd: c, err: err}
@@ -165,8 +166,18 @@ func (a *app) exitCode(cmd *cobra.Command, err error) int {
 		fmt.Fprintln(a.env.Stderr, "error: interrupted")
 		return ExitInterrupted
 	}
-	fmt.Fprintf(a.env.Stderr, "error: %v\n", err)
+	fmt.Fprintf(a.env.Stderr, "error: %s\n", errText(err))
 	return ExitError
+}
+
+// errText is how the CLI prints an error: "CODE: message" for an answer
+// of the server, else the error's text without the SDK's prefix.
+func errText(err error) string {
+	var ae *hybox.APIError
+	if errors.As(err, &ae) {
+		return ae.Code + ": " + ae.Message
+	}
+	return strings.TrimPrefix(err.Error(), "hybox: ")
 }
 
 // isCobraUsage recognises the usage errors cobra makes itself.
@@ -181,23 +192,37 @@ func isCobraUsage(err error) bool {
 }
 
 // client returns a lifecycle client from the global flags and environment.
-func (a *app) client(cmd *cobra.Command) (*client.Client, error) {
+func (a *app) client(cmd *cobra.Command) (*hybox.Client, error) {
 	domain := a.domain
 	if !cmd.Flags().Changed("domain") {
-		domain = a.env.Getenv(EnvDomain)
+		domain = a.getenv(EnvDomain, hybox.EnvOpenSandboxDomain)
 	}
 	if domain == "" {
 		domain = DefaultDomain
 	}
 	key := a.apiKey
 	if !cmd.Flags().Changed("api-key") {
-		key = a.env.Getenv(EnvAPIKey)
+		key = a.getenv(EnvAPIKey, hybox.EnvOpenSandboxKey)
 	}
-	c, err := client.New(client.Options{Domain: domain, APIKey: key, HTTPClient: a.env.HTTPClient, UserAgent: "hybox-cli"})
+	opts := []hybox.Option{hybox.WithDomain(domain), hybox.WithAPIKey(key), hybox.WithUserAgent("hybox-cli")}
+	if a.env.HTTPClient != nil {
+		opts = append(opts, hybox.WithHTTPClient(a.env.HTTPClient))
+	}
+	c, err := hybox.New(opts...)
 	if err != nil {
 		return nil, usageError{cmd: cmd, err: err}
 	}
 	return c, nil
+}
+
+// getenv returns the first of the variables names that is set.
+func (a *app) getenv(names ...string) string {
+	for _, n := range names {
+		if v := strings.TrimSpace(a.env.Getenv(n)); v != "" {
+			return v
+		}
+	}
+	return ""
 }
 
 // json reports whether -o json was chosen; other values than table and

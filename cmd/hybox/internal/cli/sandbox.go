@@ -11,7 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/hybox-dev/hybox/client"
+	hybox "github.com/hybox-dev/hybox/sdks/go"
+	"github.com/hybox-dev/hybox/sdks/go/api"
 )
 
 func (a *app) newSandboxCmd() *cobra.Command {
@@ -22,8 +23,8 @@ func (a *app) newSandboxCmd() *cobra.Command {
 		RunE:    groupRun,
 	}
 	cmd.AddCommand(a.newCreateCmd(), a.newListCmd(), a.newGetCmd(), a.newKillCmd(), a.newRenewCmd(),
-		a.newStateCmd("pause", "Pause a sandbox", (*client.Client).PauseSandbox),
-		a.newStateCmd("resume", "Resume a paused sandbox", (*client.Client).ResumeSandbox))
+		a.newStateCmd("pause", "Pause a sandbox", (*hybox.Sandbox).Pause),
+		a.newStateCmd("resume", "Resume a paused sandbox", (*hybox.Sandbox).Resume))
 	return cmd
 }
 
@@ -51,25 +52,27 @@ func (a *app) newCreateCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			req := client.CreateSandboxRequest{Image: &client.Image{URI: image}}
+			req := api.CreateSandboxRequest{Image: api.ImageSpec{URI: image}}
 			if timeout.d > 0 {
 				if timeout.d < time.Minute {
 					return usagef(cmd, "--timeout must be at least 60 seconds (or 0 for no expiry)")
 				}
-				n := int((timeout.d + time.Second - 1) / time.Second)
+				n := float64((timeout.d + time.Second - 1) / time.Second)
 				req.Timeout = &n
 			}
 			if req.Env, err = parsePairs("env", env); err != nil {
 				return usageError{cmd: cmd, err: err}
 			}
-			if req.Metadata, err = parsePairs("metadata", metadata); err != nil {
+			meta, err := parsePairs("metadata", metadata)
+			if err != nil {
 				return usageError{cmd: cmd, err: err}
 			}
+			req.Metadata = meta
 			if runtime != "" {
 				if !contains(runtimeNames, runtime) {
 					return usagef(cmd, "--runtime %q: want one of %s", runtime, strings.Join(runtimeNames, ", "))
 				}
-				req.Extensions = map[string]string{client.RuntimeExtension: runtime}
+				req.Extensions = api.Extensions{hybox.RuntimeExtension: runtime}
 			}
 			if memory != "" || cpu != "" {
 				req.ResourceLimits = map[string]string{}
@@ -87,19 +90,19 @@ func (a *app) newCreateCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			sb, err := c.CreateSandbox(cmd.Context(), req)
+			sb, err := c.Create(cmd.Context(), req)
 			if err != nil {
 				return err
 			}
 			if wait {
-				if sb, err = c.WaitRunning(cmd.Context(), sb.ID, 0); err != nil {
+				if _, err = sb.WaitRunning(cmd.Context(), 0); err != nil {
 					return err
 				}
 			}
 			if asJSON {
-				return writeJSON(a.env.Stdout, sb.Raw)
+				return writeValue(a.env.Stdout, sb.Info())
 			}
-			_, err = fmt.Fprintln(a.env.Stdout, sb.ID)
+			_, err = fmt.Fprintln(a.env.Stdout, sb.ID())
 			return err
 		},
 	}
@@ -151,17 +154,21 @@ func (a *app) newListCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			l, err := c.ListSandboxes(cmd.Context(), client.ListOptions{States: states, Metadata: meta, Page: page, PageSize: pageSize})
+			var st []api.SandboxState
+			for _, s := range states {
+				st = append(st, api.SandboxState(s))
+			}
+			l, err := c.List(cmd.Context(), hybox.ListOptions{States: st, Metadata: meta, Page: page, PageSize: pageSize})
 			if err != nil {
 				return err
 			}
 			if asJSON {
-				return writeJSON(a.env.Stdout, l.Raw)
+				return writeValue(a.env.Stdout, l)
 			}
 			tw := tabwriter.NewWriter(a.env.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tSTATE\tIMAGE\tCREATED\tEXPIRES")
 			for _, sb := range l.Items {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", sb.ID, dash(sb.Status.State), dash(imageURI(sb)), formatTime(&sb.CreatedAt), formatTime(sb.ExpiresAt))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", sb.ID, dash(string(sb.Status.State)), dash(sb.Image.URI), formatTime(sb.CreatedAt), formatTime(sb.ExpiresAt))
 			}
 			if err := tw.Flush(); err != nil {
 				return err
@@ -195,12 +202,12 @@ func (a *app) newGetCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			sb, err := c.GetSandbox(cmd.Context(), args[0])
+			sb, err := c.Get(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
 			if asJSON {
-				return writeJSON(a.env.Stdout, sb.Raw)
+				return writeValue(a.env.Stdout, sb)
 			}
 			return writeSandbox(a.env.Stdout, sb)
 		},
@@ -208,7 +215,7 @@ func (a *app) newGetCmd() *cobra.Command {
 }
 
 // writeSandbox prints one sandbox as aligned "Field: value" lines.
-func writeSandbox(w io.Writer, sb *client.Sandbox) error {
+func writeSandbox(w io.Writer, sb api.Sandbox) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	row := func(k, v string) {
 		if v != "" {
@@ -216,15 +223,14 @@ func writeSandbox(w io.Writer, sb *client.Sandbox) error {
 		}
 	}
 	row("ID", sb.ID)
-	row("State", sb.Status.State)
+	row("State", string(sb.Status.State))
 	row("Reason", sb.Status.Reason)
 	row("Message", sb.Status.Message)
-	row("Image", imageURI(*sb))
+	row("Image", sb.Image.URI)
+	row("Runtime", sb.Extensions[hybox.RuntimeExtension])
 	row("Snapshot", sb.SnapshotID)
-	if sb.Platform != nil {
-		row("Platform", strings.Trim(sb.Platform.OS+"/"+sb.Platform.Arch, "/"))
-	}
-	row("Created", formatTime(&sb.CreatedAt))
+	row("Platform", strings.Trim(string(sb.Platform.Os)+"/"+string(sb.Platform.Arch), "/"))
+	row("Created", formatTime(sb.CreatedAt))
 	row("Expires", formatTime(sb.ExpiresAt))
 	if len(sb.Entrypoint) > 0 {
 		q := make([]string, len(sb.Entrypoint))
@@ -246,13 +252,6 @@ func writeSandbox(w io.Writer, sb *client.Sandbox) error {
 	return tw.Flush()
 }
 
-func imageURI(sb client.Sandbox) string {
-	if sb.Image == nil {
-		return ""
-	}
-	return sb.Image.URI
-}
-
 func dash(s string) string {
 	if s == "" {
 		return "-"
@@ -260,8 +259,8 @@ func dash(s string) string {
 	return s
 }
 
-func formatTime(t *time.Time) string {
-	if t == nil || t.IsZero() {
+func formatTime(t time.Time) string {
+	if t.IsZero() {
 		return "-"
 	}
 	return t.UTC().Format(time.RFC3339)
@@ -279,7 +278,7 @@ func (a *app) newKillCmd() *cobra.Command {
 				return err
 			}
 			if len(args) == 1 {
-				if err := c.DeleteSandbox(cmd.Context(), args[0]); err != nil {
+				if err := c.Sandbox(args[0]).Kill(cmd.Context()); err != nil {
 					return err
 				}
 				_, err = fmt.Fprintln(a.env.Stdout, args[0])
@@ -287,8 +286,8 @@ func (a *app) newKillCmd() *cobra.Command {
 			}
 			failed := 0
 			for _, id := range args {
-				if err := c.DeleteSandbox(cmd.Context(), id); err != nil {
-					fmt.Fprintf(a.env.Stderr, "error: %s: %v\n", id, err)
+				if err := c.Sandbox(id).Kill(cmd.Context()); err != nil {
+					fmt.Fprintf(a.env.Stderr, "error: %s: %s\n", id, errText(err))
 					failed++
 					continue
 				}
@@ -336,7 +335,7 @@ func (a *app) newRenewCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			got, err := c.RenewExpiration(cmd.Context(), args[0], at)
+			got, err := c.Sandbox(args[0]).Renew(cmd.Context(), at)
 			if err != nil {
 				return err
 			}
@@ -352,7 +351,7 @@ func (a *app) newRenewCmd() *cobra.Command {
 	return cmd
 }
 
-func (a *app) newStateCmd(use, short string, call func(*client.Client, context.Context, string) error) *cobra.Command {
+func (a *app) newStateCmd(use, short string, call func(*hybox.Sandbox, context.Context) error) *cobra.Command {
 	return &cobra.Command{
 		Use:   use + " ID",
 		Short: short,
@@ -362,7 +361,7 @@ func (a *app) newStateCmd(use, short string, call func(*client.Client, context.C
 			if err != nil {
 				return err
 			}
-			if err := call(c, cmd.Context(), args[0]); err != nil {
+			if err := call(c.Sandbox(args[0]), cmd.Context()); err != nil {
 				return err
 			}
 			_, err = fmt.Fprintln(a.env.Stdout, args[0])
