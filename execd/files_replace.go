@@ -38,9 +38,17 @@ func (a *filesAPI) replace(w http.ResponseWriter, r *http.Request, root *os.Root
 		}
 		verbose = b
 	}
-	var req map[string]replaceItem
-	if !decodeBody(w, r, &req) {
+	var raw map[string]struct{ Old, New *string }
+	if !decodeBody(w, r, &raw) {
 		return
+	}
+	req := make(map[string]replaceItem, len(raw))
+	for p, it := range raw {
+		if it.Old == nil || it.New == nil {
+			writeError(w, CodeInvalidRequestBody, fmt.Sprintf("%s: old and new are both required", p))
+			return
+		}
+		req[p] = replaceItem{Old: *it.Old, New: *it.New}
 	}
 	results := make(map[string]replaceResult, len(req))
 	for _, p := range sortedKeys(req) {

@@ -398,6 +398,7 @@ func TestFilesReplace(t *testing.T) {
 		{"directory", `{"/etc":{"old":"a","new":"b"}}`, 400, CodeInvalidRequestBody},
 		{"escape", `{"/../outside/secret":{"old":"host","new":"pwned"}}`, 400, CodeInvalidPath},
 		{"bad json", `nope`, 400, CodeInvalidRequestBody},
+		{"no new", `{"/app.py":{"old":"True"}}`, 400, CodeInvalidRequestBody},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -23,7 +23,7 @@
 # and rebuilt when the pins change.
 #
 # Env: HYBOX_FUZZ_EXAMPLES  examples per operation (default 50)
-#      HYBOX_FUZZ_MAX_TIME  seconds each run may take at most (default 70)
+#      HYBOX_FUZZ_MAX_TIME  seconds each run may take at most (default 60)
 #      HYBOX_FUZZ_SEED      seed, to replay a run (default: random, printed)
 #      HYBOX_FUZZ_RUNS      runs to do (default "lifecycle execd egress")
 #      HYBOX_FUZZ_LOG_DIR   where the reports and the server log are kept
@@ -34,7 +34,7 @@ cd "$(dirname "$0")/.."
 repo=$(pwd)
 
 examples=${HYBOX_FUZZ_EXAMPLES:-50}
-max_time=${HYBOX_FUZZ_MAX_TIME:-70}
+max_time=${HYBOX_FUZZ_MAX_TIME:-60}
 runs=${HYBOX_FUZZ_RUNS:-lifecycle execd egress}
 seed=${HYBOX_FUZZ_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}
 logdir=${HYBOX_FUZZ_LOG_DIR:-$repo/build/fuzz}

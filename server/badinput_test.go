@@ -56,6 +56,12 @@ func TestBadInputIsRejected(t *testing.T) {
 			status: 405, code: "METHOD_NOT_ALLOWED", mention: "DELETE"},
 		{name: "proxy to a port a wasm sandbox does not have", method: "GET", path: "/v1/sandboxes/" + sb.ID + "/proxy/8000/",
 			status: 404, code: "SANDBOX_NOT_FOUND", mention: "port"},
+		{name: "egress policy that is null", method: "PUT", path: "/v1/sandboxes/" + sb.ID + "/proxy/18080/policy", body: "null",
+			status: 400, code: "INVALID_REQUEST", mention: "null"},
+		{name: "egress targets holding a null", method: "DELETE", path: "/v1/sandboxes/" + sb.ID + "/proxy/18080/policy", body: "[null]",
+			status: 400, code: "INVALID_REQUEST", mention: "targets[0]"},
+		{name: "another method on an egress path", method: "TRACE", path: "/v1/sandboxes/" + sb.ID + "/proxy/18080/policy",
+			status: 405, code: "METHOD_NOT_ALLOWED", mention: "GET, HEAD, POST"},
 		{name: "negative code timeout", execd: true, method: "POST", path: "/code",
 			body: map[string]any{"code": "1", "timeoutMs": -1}, status: 400, code: "INVALID_REQUEST_BODY", mention: "timeoutMs"},
 		{name: "negative session timeout", execd: true, method: "POST", path: "/session/" + sess + "/run",
@@ -102,6 +108,8 @@ func TestBadInputIsRejected(t *testing.T) {
 	t.Run("405 lists the allowed methods", func(t *testing.T) {
 		_, _, hdr := h.do("DELETE", "/v1/images", nil)
 		assert.Equal(t, "GET", hdr.Get("Allow"))
+		_, _, hdr = h.do("TRACE", "/v1/sandboxes/"+sb.ID+"/proxy/18080/credential-vault/credentials", nil)
+		assert.Equal(t, "GET, HEAD", hdr.Get("Allow"))
 	})
 
 	t.Run("null and empty members are taken as absent", func(t *testing.T) {

@@ -65,10 +65,13 @@ func NewAPI(c *Controller, records Records, container bool) *API {
 	m.HandleFunc("GET /credential-vault/bindings", a.vault(a.listBindings))
 	m.HandleFunc("GET /credential-vault/bindings/{name}", a.vault(a.getBinding))
 	// Known paths with another method, and everything else.
-	for _, p := range []string{"/policy", "/credential-vault", "/credential-vault/credentials",
-		"/credential-vault/credentials/{name}", "/credential-vault/bindings", "/credential-vault/bindings/{name}"} {
+	const all, get = "GET, HEAD, POST, PUT, PATCH, DELETE", "GET, HEAD"
+	for p, allow := range map[string]string{"/policy": all, "/credential-vault": all,
+		"/credential-vault/credentials": get, "/credential-vault/credentials/{name}": get,
+		"/credential-vault/bindings": get, "/credential-vault/bindings/{name}": get} {
 		m.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
-			writeErr(w, errdefs.New(api.ErrorCodeMETHODNOTALLOWED, "method %s is not allowed on %s", r.Method, r.URL.Path))
+			w.Header().Set("Allow", allow)
+			writeErr(w, errdefs.New(api.ErrorCodeMETHODNOTALLOWED, "method %s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, allow))
 		})
 	}
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -108,6 +111,10 @@ func (a *API) setPolicy(w http.ResponseWriter, r *http.Request) {
 	body, err := readBody(r)
 	if err != nil {
 		writeErr(w, err)
+		return
+	}
+	if string(bytes.TrimSpace(body)) == "null" {
+		writeErr(w, errdefs.New(api.ErrorCodeINVALIDREQUEST, "the policy must be a JSON object, not null"))
 		return
 	}
 	p, err := policy.Parse(body)
@@ -152,6 +159,16 @@ func (a *API) removeRules(w http.ResponseWriter, r *http.Request) {
 	if err := json.Unmarshal(body, &targets); err != nil {
 		writeErr(w, errdefs.New(api.ErrorCodeINVALIDREQUEST, "DELETE /policy takes a JSON array of targets: %s", errdefs.DescribeJSON(err)))
 		return
+	}
+	if targets == nil {
+		writeErr(w, errdefs.New(api.ErrorCodeINVALIDREQUEST, "DELETE /policy takes a JSON array of targets, not null"))
+		return
+	}
+	for i, t := range targets {
+		if t == "" {
+			writeErr(w, errdefs.New(api.ErrorCodeINVALIDREQUEST, "targets[%d] must be a non-empty target, not empty or null", i))
+			return
+		}
 	}
 	cur, err := a.current()
 	if err != nil {
@@ -330,6 +347,9 @@ func decodeStrict(r *http.Request, v any) error {
 	b, err := readBody(r)
 	if err != nil {
 		return err
+	}
+	if string(bytes.TrimSpace(b)) == "null" {
+		return errdefs.New(api.ErrorCodeINVALIDREQUEST, "the request body must be a JSON object, not null")
 	}
 	d := json.NewDecoder(bytes.NewReader(b))
 	d.DisallowUnknownFields()

@@ -14,17 +14,15 @@ import schemathesis
 # (failure codes, operation label, status, error code, message pattern)
 ACCEPTED = [
     # The fuzzed server has no container backend: the image operations
-    # answer 501 NOT_SUPPORTED.
-    (("ST101", "ST202"), r"^[A-Z]+ /images(/.*)?$", 501, "NOT_SUPPORTED",
-     r"container sandboxes are not enabled"),
-    # ...and so a valid runtime name other than wasm is not available there.
+    # answer 400 NOT_SUPPORTED.
+    (("ST202",), r"^[A-Z]+ /images(/.*)?$", 400, "NOT_SUPPORTED", r"container"),
+    # ...and so a valid runtime name other than wasm, or a container image,
+    # is not available there.
     (("ST202",), r"^POST /sandboxes$", 400, "INVALID_REQUEST",
-     r'runtime "(runc|runsc)" is not available on this server'),
+     r'runtime "(runc|runsc)" is not available on this server|needs a container runtime; this server has none'),
     # The fuzzed sandbox is a wasm sandbox: no terminals, no uid/gid.
-    (("ST101", "ST202"), r"^[A-Z]+ /pty(/.*)?$", 501, "NOT_SUPPORTED",
-     r"PTY sessions are not available"),
-    (("ST101", "ST202"), r"^POST /command$", 501, "NOT_SUPPORTED",
-     r"uid/gid are not available in a wasm sandbox"),
+    (("ST202",), r"^[A-Z]+ /pty(/.*)?$", 400, "NOT_SUPPORTED", r"PTY sessions are not available"),
+    (("ST202",), r"^POST /command$", 400, "NOT_SUPPORTED", r"uid/gid are not available in a wasm sandbox"),
     # Which languages run depends on the sandbox (wasm has no typescript).
     (("ST202",), r"^[A-Z]+ /(run|code|code/context|code/contexts)$", 400, "UNKNOWN_LANGUAGE", r""),
     # "In the future" cannot be written in a schema.
@@ -51,7 +49,7 @@ ACCEPTED = [
     (("ST202",), r"^POST /sandboxes$", 400, "NOT_SUPPORTED", r"pvc volumes are not supported"),
     # An egress target's form (a name, a wildcard, an IP or a CIDR) is
     # described in prose, not as a pattern.
-    (("ST202",), r"^POST /(run|sandboxes)$", 400, "INVALID_REQUEST", r"not a domain, wildcard, IP or CIDR"),
+    (("ST202",), r"^[A-Z]+ /(run|sandboxes|policy)$", 400, "INVALID_REQUEST", r"not a domain, wildcard, IP or CIDR"),
     # Owner and group names must exist in the sandbox.
     (("ST202",), r"^POST /(files/permissions|directories|files/upload)$", 400, None,
      r"unknown (user|group)"),
@@ -65,6 +63,7 @@ ACCEPTED = [
     (("ST202",), r".", 400, "INVALID_REQUEST_BODY", r"cannot unmarshal number -?[0-9]+\.0+(e\+?[0-9]+)? into Go struct field"),
     (("ST202",), r".", 400, "INVALID_REQUEST", r"cannot unmarshal number -?[0-9]+\.0+(e\+?[0-9]+)? into Go struct field"),
     (("ST202",), r".", 400, "INVALID_REQUEST_BODY", r"mode -?[0-9]+\.0+ is not an integer"),
+    (("ST202",), r".", 400, None, r"want an integer, got a number -?[0-9]+\.0+(e\+?[0-9]+)?$"),
     # schemathesis writes form field names that are not valid in a MIME
     # header; the request is malformed before any schema applies.
     (("ST202",), r"^POST /files/upload$", 400, "INVALID_REQUEST_BODY", r"malformed multipart body"),

@@ -1394,12 +1394,6 @@ type ExecdBadRequest = Error
 // the server's log under the request's `X-Request-ID`.
 type ExecdNotFound = Error
 
-// ExecdNotSupported Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
-// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
-// 5xx answer never carries internal details: its message is fixed, and the details are in
-// the server's log under the request's `X-Request-ID`.
-type ExecdNotSupported = Error
-
 // ExecdUnauthorized Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
 // one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
 // 5xx answer never carries internal details: its message is fixed, and the details are in
@@ -1417,12 +1411,6 @@ type FileExists = Error
 // 5xx answer never carries internal details: its message is fixed, and the details are in
 // the server's log under the request's `X-Request-ID`.
 type FileNotFound = Error
-
-// ImagesNotEnabled Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
-// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
-// 5xx answer never carries internal details: its message is fixed, and the details are in
-// the server's log under the request's `X-Request-ID`.
-type ImagesNotEnabled = Error
 
 // InternalError Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
 // one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
