@@ -147,3 +147,31 @@ func TestDescribeJSON(t *testing.T) {
 		t.Errorf("unknown field: %q", got)
 	}
 }
+
+func TestRetryAfterHeader(t *testing.T) {
+	rec := httptest.NewRecorder()
+	Write(rec, fmt.Errorf("queue full: %w", New(api.ErrorCodeTOOMANYEXECUTIONS, "too many")))
+	if rec.Code != 429 || rec.Header().Get("Retry-After") != "1" {
+		t.Fatalf("429: status %d, Retry-After %q", rec.Code, rec.Header().Get("Retry-After"))
+	}
+	rec = httptest.NewRecorder()
+	Write(rec, &Error{Code: api.ErrorCodeUNAVAILABLE, Message: "restarting", RetryAfter: 1500 * time.Millisecond})
+	if rec.Header().Get("Retry-After") != "2" {
+		t.Errorf("503 with a wait: Retry-After %q, want 2", rec.Header().Get("Retry-After"))
+	}
+	rec = httptest.NewRecorder()
+	Write(rec, New(api.ErrorCodeSANDBOXNOTFOUND, "gone"))
+	if rec.Header().Get("Retry-After") != "" {
+		t.Errorf("404 carries Retry-After %q", rec.Header().Get("Retry-After"))
+	}
+}
+
+func TestStatusKind(t *testing.T) {
+	for status, want := range map[int]error{400: ErrInvalid, 422: ErrInvalid, 404: ErrNotFound, 409: ErrConflict,
+		429: ErrRateLimited, 501: ErrNotSupported, 502: ErrUnreachable, 503: ErrUnavailable, 504: ErrTimeout,
+		408: ErrTimeout, 418: ErrInvalid, 599: ErrInternal, 200: nil, 302: nil} {
+		if got := StatusKind(status); got != want {
+			t.Errorf("StatusKind(%d) = %v, want %v", status, got, want)
+		}
+	}
+}
