@@ -181,9 +181,9 @@ func TestSandboxListGet(t *testing.T) {
 
 	r := hybox(t, srv, "", "sandbox", "list")
 	r.check(t, 0)
-	want := "ID    STATE    IMAGE           CREATED               EXPIRES\n" +
-		"aaaa  Running  wasm://default  2030-01-02T03:04:05Z  2030-01-02T03:14:05Z\n" +
-		"bbbb  Paused   python:3.12     2030-01-02T03:04:06Z  -\n"
+	want := "ID    STATE    IMAGE           RUNTIME  CREATED               EXPIRES\n" +
+		"aaaa  Running  wasm://default  wasm     2030-01-02T03:04:05Z  2030-01-02T03:14:05Z\n" +
+		"bbbb  Paused   python:3.12     -        2030-01-02T03:04:06Z  -\n"
 	if r.stdout != want {
 		t.Errorf("list:\n%s\nwant:\n%s", r.stdout, want)
 	}

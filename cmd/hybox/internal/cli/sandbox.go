@@ -159,9 +159,10 @@ func (a *app) newListCmd() *cobra.Command {
 				return writeJSON(a.env.Stdout, l.Raw)
 			}
 			tw := tabwriter.NewWriter(a.env.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tSTATE\tIMAGE\tCREATED\tEXPIRES")
+			fmt.Fprintln(tw, "ID\tSTATE\tIMAGE\tRUNTIME\tCREATED\tEXPIRES")
 			for _, sb := range l.Items {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", sb.ID, dash(sb.Status.State), dash(imageURI(sb)), formatTime(&sb.CreatedAt), formatTime(sb.ExpiresAt))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", sb.ID, dash(sb.Status.State), dash(imageURI(sb)), dash(sb.Extensions[client.RuntimeExtension]),
+					formatTime(&sb.CreatedAt), formatTime(sb.ExpiresAt))
 			}
 			if err := tw.Flush(); err != nil {
 				return err
