@@ -103,6 +103,7 @@ endif
 test-unit: guests check $(TEST_DEPS)
 	@if [ "$(IS_ROOT)" = yes ] && ! ./scripts/containers/containerd.sh status $(TEST_DATA_DIR) >/dev/null 2>&1; then \
 		started=yes; fi; \
+	echo "make: $(GO) test -race -timeout 20m ./..."; \
 	$(GO) test -race -timeout 20m ./...; rc=$$?; \
 	if [ "$$started" = yes ]; then \
 		echo "make: stopping the test containerd under $(TEST_DATA_DIR) (this run started it)"; \

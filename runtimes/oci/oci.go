@@ -14,6 +14,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -162,6 +163,8 @@ func (b *Backend) setupRunsc(ctx context.Context) error {
 			return fmt.Errorf("gVisor (%s) runs on no platform here: %w", b.opts.RunscBinary, err)
 		}
 		platform = p
+	} else if !slices.Contains(RunscPlatforms, platform) {
+		return fmt.Errorf("gVisor platform %q is not one hybox runs (%s)", platform, strings.Join(RunscPlatforms, ", "))
 	} else if _, err := os.Stat(b.opts.RunscBinary); err != nil {
 		return fmt.Errorf("runsc: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -88,4 +89,33 @@ func TestConformanceRunsc(t *testing.T) {
 	b := newBackend(t)
 	runtimetest.Run(t, runtimetest.Config{Runtime: runtimeNamed(t, b, "runsc"), Image: ocienv.ImageName,
 		Entrypoint: []string{"sleep", "infinity"}})
+}
+
+// Without a working gVisor the backend still serves runc, and says why it
+// has no runsc.
+func TestRunscUnavailable(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(*oci.Options)
+		want string
+	}{
+		{"binary missing, platform probed", func(o *oci.Options) { o.RunscBinary = "/nonexistent/runsc"; o.RunscPlatform = "" }, "no such file"},
+		{"binary missing, platform given", func(o *oci.Options) { o.RunscBinary = "/nonexistent/runsc"; o.RunscPlatform = "systrap" }, "no such file"},
+		{"unknown platform", func(o *oci.Options) { o.RunscPlatform = "kvm" }, `platform "kvm"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newBackend(t, tc.edit)
+			var names []string
+			for _, rt := range b.Runtimes() {
+				names = append(names, rt.Name())
+			}
+			if len(names) != 1 || names[0] != "runc" {
+				t.Fatalf("runtimes %v, want [runc]", names)
+			}
+			cfg, err := b.Runsc()
+			if cfg != nil || err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Runsc() = %v, %v; want an error containing %q", cfg, err, tc.want)
+			}
+		})
+	}
 }
