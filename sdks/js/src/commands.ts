@@ -29,7 +29,7 @@ export interface CommandResult {
   stdout: string;
   /** Its standard error. */
   stderr: string;
-  /** 0 when it succeeded, its code when it exited non-zero, -1 when it was stopped (timeout, interrupt). */
+  /** 0 when it succeeded, its code when it exited non-zero (137 when killed), -1 when it ended without one. */
   exitCode: number;
   /** How it failed, when it did (`CommandExecError`, `TimeoutError`, ...). */
   error: ExecutionError | undefined;

@@ -131,6 +131,7 @@ export class Files {
     const m = await (await this.sb.execd(opts)).json<Record<string, ReplaceResult>>({
       method: "POST",
       path: "/files/replace",
+      query: { verbose: true },
       json: { [path]: { old: oldText, new: newText } },
       ...opts,
     });

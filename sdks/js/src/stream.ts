@@ -1,6 +1,6 @@
 // Execution streams: `text/event-stream` bodies whose events are JSON
 // objects each followed by a blank line (optionally `data:`-prefixed).
-import { HyboxError, UnavailableError } from "./errors.js";
+import { HyboxError, TimeoutError, UnavailableError } from "./errors.js";
 import type { Event, ExecError, MimeBundle } from "./types.js";
 import type { Request, Transport } from "./transport.js";
 
@@ -197,6 +197,10 @@ export function dispatch(h: Handlers | undefined, ev: Event, r: Result | undefin
  * (`interrupt` with the id of the `init` event).
  */
 export async function* executionEvents(t: Transport, r: Request, interrupt: (id: string) => Promise<void>): AsyncGenerator<Event> {
+  const timeoutMs = r.requestTimeoutMs ?? t.conn.requestTimeoutMs;
+  const timeout = timeoutMs !== undefined ? AbortSignal.timeout(timeoutMs) : undefined;
+  const signals = [r.signal, timeout].filter((s): s is AbortSignal => s !== undefined);
+  const signal = signals.length === 0 ? undefined : signals.length === 1 ? signals[0] : AbortSignal.any(signals);
   let id = "";
   let finished = false;
   let interrupted = false;
@@ -205,27 +209,44 @@ export async function* executionEvents(t: Transport, r: Request, interrupt: (id:
     interrupted = true;
     void interrupt(id).catch(() => undefined);
   };
-  r.signal?.addEventListener("abort", stop, { once: true });
+  const failure = (e: unknown): unknown => {
+    if (timeout?.aborted) return new TimeoutError(`hybox: ${r.path}: the execution did not end within ${timeoutMs} ms`, { cause: e });
+    if (r.signal?.aborted) return r.signal.reason ?? e;
+    if (e instanceof HyboxError) return e;
+    return new UnavailableError(`hybox: stream cut: ${(e as Error)?.message ?? e}`, { cause: e });
+  };
+  let events: AsyncGenerator<Event> | undefined;
+  signal?.addEventListener("abort", stop, { once: true });
   try {
-    const resp = await t.send({ ...r, stream: true, headers: { Accept: "text/event-stream", ...r.headers } });
-    if (!resp.body) throw new UnavailableError("hybox: empty stream");
+    let resp: Response;
     try {
-      for await (const ev of parseEvents(resp.body)) {
-        if (ev.type === "init" && ev.text) {
-          id = ev.text;
-          if (r.signal?.aborted) stop();
-        }
-        if (ev.type === "execution_complete" || ev.type === "error") finished = true;
-        yield ev;
-      }
+      resp = await t.send({ ...r, signal, requestTimeoutMs: undefined, stream: true, headers: { Accept: "text/event-stream", ...r.headers } });
     } catch (e) {
-      if (r.signal?.aborted) throw r.signal.reason ?? e;
-      throw e instanceof HyboxError ? e : new UnavailableError(`hybox: stream cut: ${(e as Error)?.message ?? e}`, { cause: e });
+      throw failure(e);
+    }
+    if (!resp.body) throw new UnavailableError("hybox: empty stream");
+    events = parseEvents(resp.body);
+    for (;;) {
+      let next: IteratorResult<Event>;
+      try {
+        next = await events.next();
+      } catch (e) {
+        throw failure(e);
+      }
+      if (next.done) break;
+      const ev = next.value;
+      if (ev.type === "init" && ev.text) {
+        id = ev.text;
+        if (signal?.aborted) stop();
+      }
+      if (ev.type === "execution_complete" || ev.type === "error") finished = true;
+      yield ev;
     }
     if (!finished) throw new UnavailableError("hybox: the stream ended before the execution did");
   } finally {
-    r.signal?.removeEventListener("abort", stop);
+    signal?.removeEventListener("abort", stop);
     stop();
+    await events?.return(undefined).catch(() => undefined);
   }
 }
 

@@ -11,7 +11,7 @@ import { join } from "node:path";
  * resolves with {url, apiKey, stop}. Rejects with the server's log when it
  * does not come up.
  */
-export async function startServer({ bin, guestDir, cacheDir, extraToml = "", containerd = "" }) {
+export async function startServer({ bin, guestDir, cacheDir, extraToml = "", containerd = "", vault = true }) {
   const dir = mkdtempSync(join(tmpdir(), "hybox-js-sdk-"));
   if (cacheDir) {
     mkdirSync(cacheDir, { recursive: true });
@@ -23,7 +23,7 @@ export async function startServer({ bin, guestDir, cacheDir, extraToml = "", con
   const args = ["serve", "--config", cfg, "--addr", "127.0.0.1:0", "--data-dir", dir, "--api-key", apiKey, "--guest-dir", guestDir];
   if (containerd) args.push("--containerd", containerd);
   const child = spawn(bin, args, {
-    env: { PATH: process.env.PATH, HOME: process.env.HOME, HYBOX_VAULT_KEY: randomBytes(32).toString("hex") },
+    env: { PATH: process.env.PATH, HOME: process.env.HOME, ...(vault ? { HYBOX_VAULT_KEY: randomBytes(32).toString("hex") } : {}) },
     stdio: ["ignore", "ignore", "pipe"],
   });
   const log = [];
