@@ -54,14 +54,11 @@ for (const sig of ["SIGINT", "SIGTERM"]) {
   });
 }
 try {
-  const starting = [
-    startServer({ bin, guestDir, cacheDir, containerd }),
-    startServer({ bin, guestDir, cacheDir, extraToml: "[wasm]\nmax_concurrent = 1\nqueue_wait = \"10ms\"\n", vault: false }),
-  ];
-  const settled = await Promise.allSettled(starting);
-  for (const s of settled) if (s.status === "fulfilled") servers.push(s.value);
-  for (const s of settled) if (s.status === "rejected") throw s.reason;
-  const [main, limited] = settled.map((s) => s.value);
+  // One after the other: the first compiles the guests into the shared cache.
+  const main = await startServer({ bin, guestDir, cacheDir, containerd });
+  servers.push(main);
+  const limited = await startServer({ bin, guestDir, cacheDir, extraToml: "[wasm]\nmax_concurrent = 1\nqueue_wait = \"10ms\"\n", vault: false });
+  servers.push(limited);
   const files = readdirSync(join(install, "test"))
     .filter((f) => f.endsWith(".test.mjs") && f.includes(process.env.TEST_FILTER ?? ""))
     .sort()
