@@ -139,3 +139,31 @@ test("sessions keep cwd and environment between runs", async (t) => {
   await s.close();
   await assert.rejects(s.run("true"), { name: "NotFoundError" });
 });
+
+test("abort right after sending (before the id is known) stops the command and the code", async (t) => {
+  const sb = await newSandbox(t);
+  await sb.ping();
+  const ac = new AbortController();
+  const p = sb.commands.run("sleep 1; echo x > /tmp/cmd-ran", { signal: ac.signal });
+  setTimeout(() => ac.abort(), 2);
+  await assert.rejects(p, { name: "AbortError" });
+  const ac2 = new AbortController();
+  const q = sb.code.run("import time\ntime.sleep(1)\nopen('/tmp/code-ran', 'w').write('x')", { signal: ac2.signal });
+  setTimeout(() => ac2.abort(), 2);
+  await assert.rejects(q, { name: "AbortError" });
+  await new Promise((r) => setTimeout(r, 1800));
+  assert.equal(await sb.files.exists("/tmp/cmd-ran"), false, "the command ran to its end");
+  assert.equal(await sb.files.exists("/tmp/code-ran"), false, "the code ran to its end");
+  // an already aborted signal sends nothing
+  await assert.rejects(sb.commands.run("echo x > /tmp/never", { signal: AbortSignal.abort() }), { name: "AbortError" });
+  assert.equal(await sb.files.exists("/tmp/never"), false);
+});
+
+test("commands.kill by id", async (t) => {
+  const sb = await newSandbox(t);
+  const h = await sb.commands.run("sleep 30", { background: true });
+  await sb.commands.kill(h.id);
+  const st = await h.wait();
+  assert.equal(st.running, false);
+  await assert.rejects(sb.commands.kill("no-such-command"), { name: "NotFoundError" });
+});
