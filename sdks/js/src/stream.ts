@@ -2,7 +2,7 @@
 // objects each followed by a blank line (optionally `data:`-prefixed).
 import { HyboxError, TimeoutError, UnavailableError } from "./errors.js";
 import type { Event, ExecError, MimeBundle } from "./types.js";
-import type { Request, Transport } from "./transport.js";
+import { anySignal, type Request, type Transport } from "./transport.js";
 
 /** Parses the events of a stream body as they arrive. */
 export async function* parseEvents(body: ReadableStream<Uint8Array>): AsyncGenerator<Event> {
@@ -199,8 +199,7 @@ export function dispatch(h: Handlers | undefined, ev: Event, r: Result | undefin
 export async function* executionEvents(t: Transport, r: Request, interrupt: (id: string) => Promise<void>): AsyncGenerator<Event> {
   const timeoutMs = r.requestTimeoutMs ?? t.conn.requestTimeoutMs;
   const timeout = timeoutMs !== undefined ? AbortSignal.timeout(timeoutMs) : undefined;
-  const signals = [r.signal, timeout].filter((s): s is AbortSignal => s !== undefined);
-  const signal = signals.length === 0 ? undefined : signals.length === 1 ? signals[0] : AbortSignal.any(signals);
+  const signal = anySignal(r.signal, timeout);
   let id = "";
   let finished = false;
   let interrupted = false;

@@ -130,8 +130,7 @@ export class Transport {
   async send(r: Request): Promise<Response> {
     const timeoutMs = r.requestTimeoutMs ?? this.conn.requestTimeoutMs;
     const timeout = timeoutMs !== undefined ? AbortSignal.timeout(timeoutMs) : undefined;
-    const signals = [r.signal, timeout].filter((s): s is AbortSignal => s !== undefined);
-    const signal = signals.length === 0 ? undefined : signals.length === 1 ? signals[0] : AbortSignal.any(signals);
+    const signal = anySignal(r.signal, timeout);
     const headers: Record<string, string> = { ...this.headers, ...r.headers };
     let body: BodyInit | undefined = r.body;
     if (r.json !== undefined) {
@@ -184,6 +183,23 @@ export class Transport {
     if (e instanceof HyboxError) return e;
     return new UnavailableError(`hybox: ${r.method} ${this.baseUrl}${r.path}: ${(e as Error)?.message ?? e}`, { cause: e });
   }
+}
+
+/** A signal that aborts when any of the given ones does (AbortSignal.any where it exists). */
+export function anySignal(...given: Array<AbortSignal | undefined>): AbortSignal | undefined {
+  const signals = given.filter((s): s is AbortSignal => s !== undefined);
+  if (signals.length <= 1) return signals[0];
+  const any = (AbortSignal as { any?: (s: AbortSignal[]) => AbortSignal }).any;
+  if (any) return any.call(AbortSignal, signals);
+  const c = new AbortController();
+  for (const s of signals) {
+    if (s.aborted) {
+      c.abort(s.reason);
+      break;
+    }
+    s.addEventListener("abort", () => c.abort(s.reason), { once: true });
+  }
+  return c.signal;
 }
 
 /** Waits ms, or rejects with the signal's reason when it aborts first. */
