@@ -1,6 +1,7 @@
 // The package: its files, its entries, and a core with no Node-only import
 // (so that it runs in a browser).
 import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
 import { readFileSync, readdirSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
@@ -39,4 +40,29 @@ test("the core imports nothing of Node", () => {
   };
   visit("index.js");
   assert.ok(seen.size > 5 && !seen.has("node.js"));
+});
+
+test("the browser build works against the server with explicit options and reads no environment", () => {
+  const script = `
+    import { Sandbox } from "@hybox/sdk";
+    const opts = { domain: process.env.D, apiKey: process.env.K };
+    const sb = await Sandbox.create(opts);
+    const r = await sb.commands.run("echo from the core");
+    const x = await sb.code.run("6 * 7");
+    await sb.kill();
+    // HYBOX_DOMAIN and HYBOX_API_KEY are set, but the core does not read them:
+    // without options it goes to the default address with no key, and fails.
+    let envUsed = false;
+    try { await Sandbox.list({ maxRetries: 0, requestTimeoutMs: 2000 }); envUsed = true; } catch {}
+    console.log(JSON.stringify({ out: r.stdout, text: x.text, entry: import.meta.resolve("@hybox/sdk"), envUsed }));
+  `;
+  const out = execFileSync(process.execPath, ["--conditions=browser", "--input-type=module", "-e", script], {
+    encoding: "utf8",
+    env: { ...process.env, D: process.env.HYBOX_DOMAIN, K: process.env.HYBOX_API_KEY },
+  });
+  const got = JSON.parse(out);
+  assert.equal(got.out, "from the core\n");
+  assert.equal(got.text, "42");
+  assert.match(got.entry, /\/dist\/index\.js$/, "the browser condition selects the core");
+  assert.equal(got.envUsed, false);
 });
