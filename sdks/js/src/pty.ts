@@ -2,7 +2,7 @@
 import { HyboxError, UnavailableError } from "./errors.js";
 import type { Sandbox } from "./sandbox.js";
 import { enc } from "./sandbox.js";
-import type { CallOptions } from "./transport.js";
+import type { CallOptions, WebSocketLike } from "./transport.js";
 import type { PtyCreated, PtyServerMessage } from "./types.js";
 
 /** Options of commands.createPty. */
@@ -47,7 +47,7 @@ export class Pty {
     const created = await t.json<PtyCreated>({ method: "POST", path: "/pty", json: body, signal: opts.signal, requestTimeoutMs: opts.requestTimeoutMs });
     const url = t.url(`/pty/${enc(created.session_id)}/ws`).replace(/^http/, "ws");
     const isNodeWs = (WS as unknown as { name?: string }).name === "WebSocket" && "Server" in (WS as object);
-    const ws = isNodeWs ? new WS(url, [], { headers: t.headers }) : new WS(url);
+    const ws = isNodeWs ? new WS(url, [], { headers: t.headers }) : dialWithHeaders(WS, url, t.headers);
     ws.binaryType = "arraybuffer";
     const pty = new Pty(sb, created.session_id, ws, opts.onData);
     await pty.attach(opts.signal);
@@ -144,5 +144,21 @@ export class Pty {
     } finally {
       this.ws.close();
     }
+  }
+}
+
+/**
+ * Opens a WebSocket with headers where the runtime's WebSocket takes them
+ * (undici's, in Node ≥ 22, Deno, Bun: `{headers}` as the second argument).
+ * A browser's WebSocket cannot send headers and refuses that argument; it is
+ * then opened without them, and the server refuses it unless the endpoint
+ * needs none.
+ */
+function dialWithHeaders(WS: WebSocketLike, url: string, headers: Record<string, string>): WebSocket {
+  try {
+    return new WS(url, { headers } as unknown as string[]);
+  } catch (e) {
+    if ((e as Error)?.name !== "SyntaxError") throw e;
+    return new WS(url);
   }
 }
