@@ -20,7 +20,22 @@ test("pty: sendInput, resize, output, kill (container sandbox)", { skip: noConta
   assert.equal(await pty.wait(), 5);
   await reading;
 
-  const p2 = await sb.commands.createPty({ command: "sleep 60" });
-  await p2.kill();
-  await assert.rejects(p2.wait().then(() => { throw new Error("still running"); }).catch((e) => { if (e.message === "still running") throw e; throw e; }), () => true).catch(() => undefined);
+  // signal: SIGINT ends a sleeping program
+  let seen = 0;
+  const p2 = await sb.commands.createPty({ command: "echo ready; sleep 60", onData: (d) => (seen += d.length) });
+  for (let i = 0; i < 100 && seen === 0; i++) await new Promise((r) => setTimeout(r, 50));
+  assert.ok(seen > 0, "onData saw no output");
+  const t0 = Date.now();
+  p2.signal("SIGINT");
+  const code2 = await p2.wait();
+  assert.notEqual(code2, 0);
+  assert.ok(Date.now() - t0 < 10_000);
+
+  // kill: the program ends and the terminal closes
+  const p3 = await sb.commands.createPty({ command: "sleep 60" });
+  const t1 = Date.now();
+  await p3.kill();
+  const code3 = await p3.wait().catch(() => "closed");
+  assert.ok(code3 === "closed" || code3 !== 0, `exit ${code3}`);
+  assert.ok(Date.now() - t1 < 10_000);
 });
