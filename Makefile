@@ -100,7 +100,7 @@ test-sdk-parity: sdk-js-deps
 	cd $(SDK_JS) && npm run --silent build && node scripts/parity.mjs
 
 bench-sdk-js: build sdk-js-deps
-	cd $(SDK_JS) && npm run --silent build && HYBOX_BIN=$(CURDIR)/$(BIN) node bench/bench.mjs
+	cd $(SDK_JS) && npm run --silent build && HYBOX_BIN=$(CURDIR)/$(BIN) HYBOX_SDK_CONTAINERD=$(SDK_JS_CONTAINERD) node bench/bench.mjs
 
 # The wire types are generated from the protocol document by oapi-codegen,
 # run with `go run` at the version pinned in sdks/go/api/doc.go.
