@@ -41,8 +41,10 @@ test("each typed error comes from a real server's answer", async (t) => {
     ["rate limited", () => whileBusy(lsb, () => lsb.commands.run("echo refused")), RateLimitedError, 429, "TOO_MANY_EXECUTIONS", true],
     ["busy context", async () => {
       const ctx = await sb.code.createContext();
-      const p = sb.code.run("import time\ntime.sleep(1)", { context: ctx });
-      await new Promise((r) => setTimeout(r, 200));
+      let started;
+      const go = new Promise((r) => (started = r));
+      const p = sb.code.run("import time\nprint('started', flush=True)\ntime.sleep(1)", { context: ctx, onStdout: () => started() });
+      await go;
       try { return await sb.code.run("1", { context: ctx }); } finally { await p; }
     }, ConflictError, 409, "CONTEXT_BUSY", false],
     ["missing file", () => sb.files.read("/nope"), NotFoundError, 404, "FILE_NOT_FOUND", false],
