@@ -15,7 +15,7 @@ export { Pty } from "./pty.js";
 export type { PtyOptions } from "./pty.js";
 export { run } from "./run.js";
 export type { RunOptions } from "./run.js";
-export { Execution, Result } from "./stream.js";
+export { Execution, Result, parseEvents } from "./stream.js";
 export type { ExecutionError, Handlers } from "./stream.js";
 export {
   HyboxError,

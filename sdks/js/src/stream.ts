@@ -4,7 +4,11 @@ import { HyboxError, TimeoutError, UnavailableError } from "./errors.js";
 import type { Event, ExecError, MimeBundle } from "./types.js";
 import { anySignal, type Request, type Transport } from "./transport.js";
 
-/** Parses the events of a stream body as they arrive. */
+/**
+ * Parses the events of an execution stream body (`text/event-stream`: JSON
+ * objects each followed by a blank line, optionally `data:`-prefixed) as they
+ * arrive. The SDK uses it for every stream; it is exported for raw requests.
+ */
 export async function* parseEvents(body: ReadableStream<Uint8Array>): AsyncGenerator<Event> {
   const reader = body.getReader();
   const dec = new TextDecoder();
