@@ -188,7 +188,7 @@ func TestSandboxListGet(t *testing.T) {
 	r.check(t, 0)
 	lines = strings.Split(strings.TrimSpace(r.stdout), "\n")
 	require.Len(t, lines, 2, r.stdout)
-	assert.Regexp(t, `^`+a+`\s+Running\s+wasm://default\s+\d{4}-\d\d-\d\dT\S+Z\s+-$`, lines[1])
+	assert.Regexp(t, `^`+a+`\s+Running\s+wasm://default\s+wasm\s+\d{4}-\d\d-\d\dT\S+Z\s+-$`, lines[1])
 
 	r = live(t, srv, "", "sandbox", "list", "--state", "Paused", "--state", "Pausing")
 	r.check(t, 0)
