@@ -93,7 +93,7 @@ func newHarness(t testing.TB, dataDir string, ho harnessOpts) *harness {
 		rts = append(rts, b.Runtimes()...)
 		images = b
 	}
-	router, err := runtimes.NewRouter(rts, runtimes.BuiltinImageRules, "")
+	router, err := runtimes.NewSelector(rts, runtimes.BuiltinImageRules, "")
 	require.NoError(t, err)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var eg *egress.Manager
@@ -101,7 +101,7 @@ func newHarness(t testing.TB, dataDir string, ho harnessOpts) *harness {
 		eg, err = egress.NewManager(egress.Options{DNSUpstreams: []string{ho.upstream.DNSAddr}, RootCAs: ho.upstream.Roots, Logger: log})
 		require.NoError(t, err)
 	}
-	srv, err := New(ctx, Options{DataDir: dataDir, APIKey: testKey, Router: router, ReapInterval: time.Hour,
+	srv, err := New(ctx, Options{DataDir: dataDir, APIKey: testKey, Runtimes: router, ReapInterval: time.Hour,
 		Images: images, IngressDomain: ho.ingressDomain, Egress: eg, VaultKey: ho.vaultKey,
 		Logger: log})
 	require.NoError(t, err)

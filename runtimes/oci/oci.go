@@ -106,8 +106,8 @@ func (o *Options) Validate() error {
 	return nil
 }
 
-// Backend owns the containerd connection shared by the runc and runsc runtimes.
-type Backend struct {
+// Containerd owns the containerd connection shared by the runc and runsc runtimes.
+type Containerd struct {
 	opts   Options
 	client *containerd.Client
 	net    *network
@@ -126,7 +126,7 @@ type Backend struct {
 //
 // # Errors
 // runtimes.ErrUnavailable when containerd does not answer.
-func New(ctx context.Context, opts Options) (*Backend, error) {
+func New(ctx context.Context, opts Options) (*Containerd, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
@@ -143,7 +143,7 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 		_ = c.Close()
 		return nil, err
 	}
-	b := &Backend{opts: opts, client: c, net: n, live: map[string]*Sandbox{}}
+	b := &Containerd{opts: opts, client: c, net: n, live: map[string]*Sandbox{}}
 	if opts.RunscBinary != "" {
 		b.runscErr = b.setupRunsc(ctx)
 	}
@@ -152,7 +152,7 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 
 // setupRunsc picks gVisor's platform (probing when none is configured) and
 // writes the shim's config; an error leaves the backend without runsc.
-func (b *Backend) setupRunsc(ctx context.Context) error {
+func (b *Containerd) setupRunsc(ctx context.Context) error {
 	platform := b.opts.RunscPlatform
 	if platform == "" {
 		if err := os.MkdirAll(b.opts.StateDir, 0o700); err != nil {
@@ -179,7 +179,7 @@ func (b *Backend) setupRunsc(ctx context.Context) error {
 
 // Runsc reports gVisor's configuration, or why there is no "runsc"
 // runtime (nil, nil when none was asked for).
-func (b *Backend) Runsc() (*RunscConfig, error) {
+func (b *Containerd) Runsc() (*RunscConfig, error) {
 	if b.runsc.Platform == "" {
 		return nil, b.runscErr
 	}
@@ -188,14 +188,14 @@ func (b *Backend) Runsc() (*RunscConfig, error) {
 }
 
 // Close closes the containerd connection; containers keep running.
-func (b *Backend) Close() error { return b.client.Close() }
+func (b *Containerd) Close() error { return b.client.Close() }
 
 // Client returns the containerd client (images are managed through it).
-func (b *Backend) Client() *containerd.Client { return b.client }
+func (b *Containerd) Client() *containerd.Client { return b.client }
 
 // Runtimes returns the runtimes this backend can serve: "runc", and
-// "runsc" when gVisor is configured and works (see [Backend.Runsc]).
-func (b *Backend) Runtimes() []runtimes.Runtime {
+// "runsc" when gVisor is configured and works (see [Containerd.Runsc]).
+func (b *Containerd) Runtimes() []runtimes.Runtime {
 	out := []runtimes.Runtime{&Runtime{b: b, name: "runc", binary: b.opts.RuncBinary}}
 	if b.runsc.Platform != "" {
 		out = append(out, &Runtime{b: b, name: "runsc", binary: b.opts.RunscBinary})
@@ -203,13 +203,13 @@ func (b *Backend) Runtimes() []runtimes.Runtime {
 	return out
 }
 
-func (b *Backend) ctx(ctx context.Context) context.Context {
+func (b *Containerd) ctx(ctx context.Context) context.Context {
 	return namespaces.WithNamespace(ctx, b.opts.Namespace)
 }
 
 // Runtime is one OCI runtime (runc or runsc) behind the shared backend.
 type Runtime struct {
-	b      *Backend
+	b      *Containerd
 	name   string
 	binary string
 }
@@ -523,7 +523,7 @@ func (r *Runtime) Destroy(ctx context.Context, spec runtimes.Spec) error {
 }
 
 // remove deletes the task, the container, its snapshot and its network.
-func (b *Backend) remove(ctx context.Context, id string) error {
+func (b *Containerd) remove(ctx context.Context, id string) error {
 	var errs []error
 	c, err := b.client.LoadContainer(ctx, id)
 	switch {

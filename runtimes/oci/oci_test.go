@@ -46,7 +46,7 @@ func buildExecd(t testing.TB) string {
 
 // newBackend connects to the test containerd (skipping, with the reason,
 // where there is none and HYBOX_REQUIRE_CONTAINERS is unset).
-func newBackend(t testing.TB, edit ...func(*oci.Options)) *oci.Backend {
+func newBackend(t testing.TB, edit ...func(*oci.Options)) *oci.Containerd {
 	t.Helper()
 	sock := ocienv.Containerd(t)
 	ocienv.Image(t, sock)
@@ -69,7 +69,7 @@ func newBackend(t testing.TB, edit ...func(*oci.Options)) *oci.Backend {
 	return b
 }
 
-func runtimeNamed(t testing.TB, b *oci.Backend, name string) runtimes.Runtime {
+func runtimeNamed(t testing.TB, b *oci.Containerd, name string) runtimes.Runtime {
 	for _, rt := range b.Runtimes() {
 		if rt.Name() == name {
 			return rt

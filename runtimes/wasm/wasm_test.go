@@ -83,7 +83,7 @@ func TestEgress(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			sb := newSandbox(t, c.eg, c.restore)
-			be := sb.(execd.Backend)
+			be := sb.(execd.Executor)
 			for _, lang := range []string{"python", "javascript"} {
 				it, err := be.NewInterpreter(context.Background(), lang, "")
 				require.NoError(t, err)

@@ -46,7 +46,7 @@ func New(tb testing.TB) *Server {
 	if err != nil {
 		tb.Fatalf("servertest: wasm backend: %v", err)
 	}
-	router, err := runtimes.NewRouter([]runtimes.Runtime{rt}, runtimes.BuiltinImageRules, "")
+	router, err := runtimes.NewSelector([]runtimes.Runtime{rt}, runtimes.BuiltinImageRules, "")
 	if err != nil {
 		_ = stop()
 		tb.Fatalf("servertest: router: %v", err)
@@ -56,7 +56,7 @@ func New(tb testing.TB) *Server {
 		_ = stop()
 		tb.Fatalf("servertest: vault key: %v", err)
 	}
-	srv, err := server.New(ctx, server.Options{DataDir: tb.TempDir(), APIKey: APIKey, Router: router,
+	srv, err := server.New(ctx, server.Options{DataDir: tb.TempDir(), APIKey: APIKey, Runtimes: router,
 		ReapInterval: time.Hour, VaultKey: &key, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		_ = stop()
