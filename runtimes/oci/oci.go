@@ -30,6 +30,7 @@ import (
 	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/hybox-dev/hybox/internal/cleanup"
 	"github.com/hybox-dev/hybox/runtimes"
 )
 
@@ -249,7 +250,7 @@ func addrPath(spec runtimes.Spec) string   { return filepath.Join(spec.Dir, "add
 
 // Create starts a container and waits until its execd answers. On any
 // failure everything created so far is removed.
-func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (_ runtimes.Sandbox, retErr error) {
+func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Sandbox, error) {
 	ctx = r.b.ctx(ctx)
 	volumes, err := r.b.volumeMounts(spec.Volumes)
 	if err != nil {
@@ -272,13 +273,14 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (_ runtimes.Sa
 	if err != nil {
 		return nil, fmt.Errorf("image %s: %w", spec.Image, err)
 	}
-	defer func() {
-		if retErr != nil {
-			if err := r.Destroy(context.WithoutCancel(ctx), spec); err != nil {
-				r.b.opts.Logger.Warn("cleanup after failed create", "id", spec.ID, "err", err)
-			}
+	// A failed create undoes what it made, newest first; the goroutines it
+	// started are joined before anything is removed.
+	cu := cleanup.Make(func() {
+		if err := r.Destroy(context.WithoutCancel(ctx), spec); err != nil {
+			r.b.opts.Logger.Warn("cleanup after failed create", "id", spec.ID, "err", err)
 		}
-	}()
+	})
+	defer cu.Clean()
 	if err := r.b.mark(spec.ID); err != nil {
 		return nil, err
 	}
@@ -290,11 +292,6 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (_ runtimes.Sa
 	stage := func(name string) {
 		stages = append(stages, name, time.Since(begin).Round(time.Millisecond))
 	}
-	defer func() {
-		if retErr == nil {
-			r.b.opts.Logger.Debug("sandbox created", append([]any{"id", spec.ID, "runtime", r.name}, stages...)...)
-		}
-	}()
 	if err := r.b.net.create(ctx, spec.ID); err != nil {
 		return nil, err
 	}
@@ -307,11 +304,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (_ runtimes.Sa
 		enforced <- nil
 	}
 	waitEnforced := sync.OnceValue(func() error { return <-enforced })
-	defer func() {
-		if retErr != nil {
-			waitEnforced()
-		}
-	}()
+	cu.Add(func() { waitEnforced() })
 	// Attaching the network (CNI) runs while the container starts; it is
 	// joined before Create returns, and before any cleanup.
 	type attached struct {
@@ -324,11 +317,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (_ runtimes.Sa
 		netc <- attached{a, err}
 	}()
 	waitNet := sync.OnceValue(func() attached { return <-netc })
-	defer func() {
-		if retErr != nil {
-			waitNet()
-		}
-	}()
+	cu.Add(func() { waitNet() })
 	stage("netns")
 	if unpacked, err := img.IsUnpacked(ctx, "overlayfs"); err == nil && !unpacked {
 		if err := img.Unpack(ctx, "overlayfs"); err != nil {
@@ -374,29 +363,28 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (_ runtimes.Sa
 	if err := sb.watch(task); err != nil {
 		return nil, err
 	}
+	cu.Add(sb.unwatch)
 	if err := task.Start(ctx); err != nil {
-		sb.unwatch()
 		return nil, fmt.Errorf("start task (%s): %w", r.name, err)
 	}
 	stage("start")
 	if err := sb.waitReady(ctx, r.b.opts.ReadyTimeout); err != nil {
-		sb.unwatch()
 		return nil, err
 	}
 	stage("ready")
 	net := waitNet()
 	if net.err != nil {
-		sb.unwatch()
 		return nil, net.err
 	}
 	if net.addr.IsValid() {
 		if err := os.WriteFile(addrPath(spec), []byte(net.addr.String()), 0o644); err != nil {
-			sb.unwatch()
 			return nil, err
 		}
 	}
 	sb.addr = net.addr
 	stage("network")
+	cu.Release()
+	r.b.opts.Logger.Debug("sandbox created", append([]any{"id", spec.ID, "runtime", r.name}, stages...)...)
 	return sb, nil
 }
 
