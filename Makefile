@@ -7,7 +7,7 @@ IMAGE_ARCHIVE ?= /var/cache/hybox/python-3-bookworm.oci.tar
 GVISOR_CACHE ?= /var/cache/hybox/gvisor
 # What `make gvisor` built: the directory holding runsc and its shim ("" = the build failed).
 GVISOR_DIR_FILE := $(CURDIR)/build/gvisor-dir
-# The test containerd (internal/ocienv); HYBOX_TEST_DATA_DIR gives a run its own.
+# The test containerd (runtimes/oci/ocitest); HYBOX_TEST_DATA_DIR gives a run its own.
 TEST_DATA_DIR = $(or $(HYBOX_TEST_DATA_DIR),/var/lib/hybox-test)
 CONTAINERD_SOCK = $(DATA_DIR)/containerd/containerd.sock
 IS_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo yes)

@@ -18,8 +18,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hybox-dev/hybox/internal/ocienv"
-	"github.com/hybox-dev/hybox/internal/testenv"
+	"github.com/hybox-dev/hybox/runtimes/oci/ocitest"
+	"github.com/hybox-dev/hybox/runtimes/wasm/wasmtest"
 )
 
 // buildHybox compiles the real binary once per test.
@@ -65,7 +65,7 @@ func (b *lockedBuffer) String() string {
 
 func startServe(t *testing.T, bin, addr, dataDir string, extra ...string) *proc {
 	t.Helper()
-	args := append([]string{"serve", "--addr", addr, "--data-dir", dataDir, "--api-key", "k", "--guest-dir", testenv.GuestDir(t)}, extra...)
+	args := append([]string{"serve", "--addr", addr, "--data-dir", dataDir, "--api-key", "k", "--guest-dir", wasmtest.GuestDir(t)}, extra...)
 	cmd := exec.Command(bin, args...)
 	log := &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = log, log
@@ -181,9 +181,9 @@ func TestLoadConfigPrecedence(t *testing.T) {
 // runc and under gVisor.
 func TestKill9RestartContainers(t *testing.T) {
 	const ns = "hybox-test-restart"
-	sock := ocienv.Containerd(t)
-	ocienv.ImageIn(t, sock, ns)
-	g := ocienv.GVisor(t)
+	sock := ocitest.Containerd(t)
+	ocitest.ImageIn(t, sock, ns)
+	g := ocitest.GVisor(t)
 	if g.Dir == "" {
 		t.Fatalf("no gVisor build: %v", g.Err)
 	}
@@ -191,13 +191,13 @@ func TestKill9RestartContainers(t *testing.T) {
 	addr, data := freeAddr(t), t.TempDir()
 	cfg := filepath.Join(t.TempDir(), "hybox.toml")
 	require.NoError(t, os.WriteFile(cfg, []byte("[oci]\nnamespace = \""+ns+"\"\nrunsc_platform = \""+g.Platform+"\"\n"), 0o600))
-	flags := []string{"--config", cfg, "--containerd", sock, "--execd-binary", ocienv.ExecdBinary(t), "--runsc-binary", g.Runsc()}
+	flags := []string{"--config", cfg, "--containerd", sock, "--execd-binary", ocitest.ExecdBinary(t), "--runsc-binary", g.Runsc()}
 	p := startServe(t, bin, addr, data, flags...)
 	base := "http://" + addr + "/v1"
 
 	ids := map[string]string{} // runtime → sandbox id
 	for _, runtime := range []string{"runc", "runsc"} {
-		st, b := call(t, "POST", base+"/sandboxes", `{"image":{"uri":"`+ocienv.ImageName+`"},"extensions":{"hybox.io/runtime":"`+runtime+`"},"entrypoint":["sleep","infinity"],"timeout":600}`)
+		st, b := call(t, "POST", base+"/sandboxes", `{"image":{"uri":"`+ocitest.ImageName+`"},"extensions":{"hybox.io/runtime":"`+runtime+`"},"entrypoint":["sleep","infinity"],"timeout":600}`)
 		require.Equal(t, 202, st, string(b)+p.log.String())
 		var sb struct{ ID string }
 		require.NoError(t, json.Unmarshal(b, &sb))

@@ -9,9 +9,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/hybox-dev/hybox/internal/ocienv"
 	"github.com/hybox-dev/hybox/runtimes"
 	"github.com/hybox-dev/hybox/runtimes/oci"
+	"github.com/hybox-dev/hybox/runtimes/oci/ocitest"
 	"github.com/hybox-dev/hybox/runtimes/runtimetest"
 )
 
@@ -48,13 +48,13 @@ func buildExecd(t testing.TB) string {
 // where there is none and HYBOX_REQUIRE_CONTAINERS is unset).
 func newBackend(t testing.TB, edit ...func(*oci.Options)) *oci.Containerd {
 	t.Helper()
-	sock := ocienv.Containerd(t)
-	ocienv.Image(t, sock)
+	sock := ocitest.Containerd(t)
+	ocitest.Image(t, sock)
 	opts := oci.Options{
 		Address:     sock,
-		Namespace:   ocienv.Namespace,
+		Namespace:   ocitest.Namespace,
 		ExecdBinary: buildExecd(t),
-		RunscBinary: ocienv.Runsc().Binary, RunscPlatform: ocienv.GVisor(t).Platform,
+		RunscBinary: ocitest.Runsc().Binary, RunscPlatform: ocitest.GVisor(t).Platform,
 		CNIPluginDir: "/usr/lib/cni",
 		StateDir:     t.TempDir(),
 	}
@@ -81,13 +81,13 @@ func runtimeNamed(t testing.TB, b *oci.Containerd, name string) runtimes.Runtime
 
 func TestConformanceRunc(t *testing.T) {
 	b := newBackend(t)
-	runtimetest.Run(t, runtimetest.Config{Runtime: runtimeNamed(t, b, "runc"), Image: ocienv.ImageName,
+	runtimetest.Run(t, runtimetest.Config{Runtime: runtimeNamed(t, b, "runc"), Image: ocitest.ImageName,
 		Entrypoint: []string{"sleep", "infinity"}})
 }
 
 func TestConformanceRunsc(t *testing.T) {
 	b := newBackend(t)
-	runtimetest.Run(t, runtimetest.Config{Runtime: runtimeNamed(t, b, "runsc"), Image: ocienv.ImageName,
+	runtimetest.Run(t, runtimetest.Config{Runtime: runtimeNamed(t, b, "runsc"), Image: ocitest.ImageName,
 		Entrypoint: []string{"sleep", "infinity"}})
 }
 

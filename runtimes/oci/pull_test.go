@@ -29,9 +29,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
-	"github.com/hybox-dev/hybox/internal/ocienv"
 	"github.com/hybox-dev/hybox/runtimes"
 	"github.com/hybox-dev/hybox/runtimes/oci"
+	"github.com/hybox-dev/hybox/runtimes/oci/ocitest"
 )
 
 // pullNamespace keeps the images these tests pull and import apart from
@@ -61,12 +61,12 @@ func pullBackend(t *testing.T) *oci.Containerd {
 	return b
 }
 
-// testImage reads the test image from its OCI archive (ocienv.Image builds
+// testImage reads the test image from its OCI archive (ocitest.Image builds
 // the archive when missing).
 func testImage(t *testing.T) v1.Image {
 	t.Helper()
 	dir := t.TempDir()
-	f, err := os.Open(ocienv.ImageArchive())
+	f, err := os.Open(ocitest.ImageArchive())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -331,8 +331,8 @@ func TestPullWithAuth(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ok, err := cimg.IsUnpacked(nctx, ocienv.Snapshotter); err != nil || !ok {
-			t.Errorf("%s unpacked for %s: %v %v", pulled, ocienv.Snapshotter, ok, err)
+		if ok, err := cimg.IsUnpacked(nctx, ocitest.Snapshotter); err != nil || !ok {
+			t.Errorf("%s unpacked for %s: %v %v", pulled, ocitest.Snapshotter, ok, err)
 		}
 		runPython(t, b, pulled, nil)
 	})

@@ -14,11 +14,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hybox-dev/hybox/internal/apitest"
-	"github.com/hybox-dev/hybox/internal/testenv"
 	"github.com/hybox-dev/hybox/runtimes"
 	"github.com/hybox-dev/hybox/runtimes/wasm"
+	"github.com/hybox-dev/hybox/runtimes/wasm/wasmtest"
 	"github.com/hybox-dev/hybox/sdks"
+	"github.com/hybox-dev/hybox/sdks/apitest"
 	"github.com/hybox-dev/hybox/server"
 	"github.com/hybox-dev/hybox/vault"
 )
@@ -42,7 +42,7 @@ type Server struct {
 func New(tb testing.TB) *Server {
 	tb.Helper()
 	ctx := context.Background()
-	rt, stop, err := wasm.Setup(ctx, wasm.SetupOptions{Engine: testenv.Engine(tb), PythonPool: 1})
+	rt, stop, err := wasm.Setup(ctx, wasm.SetupOptions{Engine: wasmtest.Engine(tb), PythonPool: 1})
 	if err != nil {
 		tb.Fatalf("servertest: wasm backend: %v", err)
 	}
