@@ -1620,8 +1620,9 @@ type RunOnceParams struct {
 // ListSandboxesParams defines parameters for ListSandboxes.
 type ListSandboxesParams struct {
 	// State States to keep (OR). Repeatable; a value may also hold several states separated by
-	// commas. Matched case-insensitively; an unknown state is a 400.
-	State []SandboxState `form:"state,omitempty" json:"state,omitempty,omitzero"`
+	// commas. Matched case-insensitively. Any string is accepted: a state no sandbox has
+	// (for example `Allocated`, which cluster-backed servers report) matches nothing.
+	State []string `form:"state,omitempty" json:"state,omitempty,omitzero"`
 
 	// Metadata Metadata filter (AND): one URL-encoded `k=v&k2=v2` string. A sandbox matches when
 	// each key is present with that value. `;` is not a separator, and `%` starts an
