@@ -1155,6 +1155,10 @@ type SessionRunRequest struct {
 	// Command Shell source; required unless `code` is given.
 	Command string `json:"command,omitempty,omitzero"`
 
+	// Cwd The directory this run starts in; the session's own directory is back in force for
+	// the next run (a `cd` inside the run included). Absent: the session's directory.
+	Cwd string `json:"cwd,omitempty,omitzero"`
+
 	// Timeout Milliseconds; 0 or absent = the default.
 	Timeout int64 `json:"timeout,omitempty,omitzero"`
 }
