@@ -13,7 +13,7 @@ API_KEY_FILE ?= $(CURDIR)/build/api-key
 VAULT_KEY_FILE ?= $(CURDIR)/build/vault-key
 export HYBOX_GUEST_DIR := $(GUEST_DIR)
 
-.PHONY: all build guests run test test-unit test-e2e bench check generate fmt vet clean deps containers-deps containerd containerd-stop image
+.PHONY: all build guests run test test-unit test-e2e test-sdk-python bench bench-sdk-python check generate generate-python fmt vet clean deps containers-deps containerd containerd-stop image
 
 all: build
 
@@ -65,7 +65,7 @@ run: build $(API_KEY_FILE) $(VAULT_KEY_FILE) $(RUN_DEPS)
 		--vault-key-file $(VAULT_KEY_FILE) \
 		--execd-binary $(CURDIR)/$(EXECD_BIN) $(RUN_FLAGS)
 
-test: test-unit test-e2e
+test: test-unit test-e2e test-sdk-python
 
 ifeq ($(IS_ROOT),yes)
 TEST_DEPS := containers-deps
@@ -77,8 +77,21 @@ test-unit: guests check $(TEST_DEPS)
 test-e2e: build
 	@./scripts/e2e.sh
 
-bench: build
+# The Python SDK (sdks/python): wheel and sdist built, the wheel installed into a fresh
+# virtualenv under build/pysdk, mypy --strict, the suite against a real `hybox serve`.
+test-sdk-python: build
+	@./scripts/test-sdk-python.sh
+
+bench: build bench-sdk-python
 	@./scripts/bench.sh
+
+# Python SDK latencies (create -> first result, warm 1+1, overhead over raw httpx).
+bench-sdk-python: build
+	@./scripts/bench-sdk-python.sh
+
+# sdks/python/hybox/_models.py from the document, by the pinned datamodel-code-generator.
+generate-python:
+	@./scripts/test-sdk-python.sh --generate-only
 
 # The wire types are generated from the protocol document by oapi-codegen,
 # run with `go run` at the version pinned in sdks/go/api/doc.go.

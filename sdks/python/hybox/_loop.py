@@ -12,10 +12,11 @@ T = TypeVar("T")
 
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
+_thread: threading.Thread | None = None
 
 
 def _get() -> asyncio.AbstractEventLoop:
-    global _loop
+    global _loop, _thread
     loop = _loop
     if loop is not None:
         return loop
@@ -24,6 +25,7 @@ def _get() -> asyncio.AbstractEventLoop:
             loop = asyncio.new_event_loop()
             t = threading.Thread(target=loop.run_forever, name="hybox-sync", daemon=True)
             t.start()
+            _thread = t
             _loop = loop
         return _loop
 
@@ -32,6 +34,12 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     """Runs ``coro`` on the private loop and waits for it. An interrupt of the caller (such as
     Ctrl-C) cancels the coroutine, which stops the work on the server."""
     loop = _get()
+    if _thread is threading.current_thread():
+        coro.close()
+        raise RuntimeError(
+            "hybox: the synchronous API was called from an SDK callback, which runs on the "
+            "SDK's own thread; hand the work to another thread, or use AsyncSandbox"
+        )
     fut = asyncio.run_coroutine_threadsafe(coro, loop)
     try:
         return fut.result()
