@@ -14,7 +14,7 @@ tools=$root/build/pysdk-tools
 mkdir -p "$work"
 
 # Pinned tools, in their own virtualenv (kept between runs).
-pins=(datamodel-code-generator==0.89.0 build==1.6.1 hatchling==1.33.0)
+pins=(datamodel-code-generator==0.89.0 build==1.6.1 hatchling==1.33.0 mypy==2.4.1)
 if [ ! -x "$tools/bin/python" ] || [ "$(cat "$tools/.pins" 2>/dev/null)" != "${pins[*]}" ]; then
 	rm -rf "$tools"
 	"$py" -m venv "$tools"
@@ -39,9 +39,9 @@ wheel=$(ls "$work"/dist/hybox-*.whl)
 ls "$work"/dist/hybox-*.tar.gz >/dev/null
 
 "$py" -m venv "$work/venv"
-"$work/venv/bin/pip" install -q --disable-pip-version-check "$wheel" pytest==9.2.0 mypy==2.4.1
+"$work/venv/bin/pip" install -q --disable-pip-version-check "$wheel" pytest==9.2.0
 
 cd "$work"   # not the source tree: `import hybox` must find the installed wheel
-"$work/venv/bin/mypy" --strict --no-incremental -p hybox
+"$tools/bin/mypy" --strict --no-incremental --python-executable "$work/venv/bin/python" -p hybox
 HYBOX_BIN=${HYBOX_BIN:-$root/bin/hybox} HYBOX_GUEST_DIR=${HYBOX_GUEST_DIR:-$root/build/guests} \
 	"$work/venv/bin/pytest" -q -p no:cacheprovider --rootdir "$root/sdks/python" "$root/sdks/python/tests" "$@"
