@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from . import _loop
 from . import _models as models
 from ._code import AsyncCode, Context
 from ._commands import (
@@ -65,6 +64,7 @@ from ._sandbox import (
     _transport,
     run_stream,
 )
+from ._transport import Transport, drive
 from ._sync import Code, CommandHandle, Commands, Egress, Files, Pty, PtySession, Sandbox, Session, Vault
 
 __version__ = "0.1.0"
@@ -155,14 +155,24 @@ async def async_run(
     Raises :class:`InvalidArgumentError` for an unknown language, :class:`RateLimitedError`
     when the server is saturated (after the SDK's retries).
     """
-    t = _transport(config, domain, api_key)
+    return await _run_once(_transport(config, domain, api_key), code, language, timeout, network_policy,
+                           Handlers(on_stdout=on_stdout, on_stderr=on_stderr, on_result=on_result, on_error=on_error))
+
+
+async def _run_once(
+    t: Transport,
+    code: str,
+    language: str,
+    timeout: float | None,
+    network_policy: models.NetworkPolicy | Mapping[str, Any] | None,
+    h: Handlers,
+) -> Execution:
     body: dict[str, Any] = {"language": language, "code": code}
     if timeout is not None:
         body["timeoutMs"] = max(1, int(timeout * 1000))
     if network_policy is not None:
         body["networkPolicy"] = _dump(network_policy)
     x = Execution()
-    h = Handlers(on_stdout=on_stdout, on_stderr=on_stderr, on_result=on_result, on_error=on_error)
     try:
         await run_stream(t, t.base_url, {}, "/run", body, h, x, None, timeout)
     finally:
@@ -185,18 +195,9 @@ def run(
     config: ConnectionConfig | None = None,
 ) -> Execution:
     """Runs ``code`` once in a throw-away wasm sandbox; see :func:`async_run`."""
-    return _loop.run(
-        async_run(
-            code,
-            language,
-            timeout=timeout,
-            network_policy=network_policy,
-            on_stdout=on_stdout,
-            on_stderr=on_stderr,
-            on_result=on_result,
-            on_error=on_error,
-            domain=domain,
-            api_key=api_key,
-            config=config,
+    return drive(
+        _run_once(
+            _transport(config, domain, api_key, blocking=True), code, language, timeout, network_policy,
+            Handlers(on_stdout=on_stdout, on_stderr=on_stderr, on_result=on_result, on_error=on_error),
         )
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal, overload
 
@@ -174,8 +175,7 @@ class AsyncCommandHandle:
         (in ``stdout``). Raises :class:`TimeoutError` after ``timeout`` seconds."""
         from ._errors import TimeoutError as HyboxTimeout
 
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
         delay = min(interval, 0.01)
         while True:
             st = await self.status()
@@ -184,9 +184,9 @@ class AsyncCommandHandle:
                 res = CommandResult(id=self.id, exit_code=st.exit_code or 0)
                 res.logs.stdout.extend(text.splitlines())
                 return res
-            if deadline is not None and loop.time() >= deadline:
+            if deadline is not None and time.monotonic() >= deadline:
                 raise HyboxTimeout(0, "CLIENT_TIMEOUT", f"command {self.id} still running")
-            await asyncio.sleep(delay)
+            await self._sb._t.sleep(delay)
             delay = min(delay * 2, interval if interval > 0 else 0.05)
 
     async def kill(self) -> None:

@@ -61,10 +61,10 @@ class AsyncFiles:
             "GET", ep.base + "/files/download", headers=ep.headers, params={"path": path}, stream=True
         )
         try:
-            async for chunk in resp.aiter_bytes(chunk_size):
+            async for chunk in self._sb._t.iter_bytes(resp, chunk_size):
                 yield chunk
         finally:
-            await resp.aclose()
+            await self._sb._t.close(resp)
 
     async def write(self, path: str, data: str | bytes | IO[bytes], *, mode: int | None = None) -> None:
         """Writes one file (parents are created). ``data`` may be a binary file object."""

@@ -36,7 +36,9 @@ DEFAULT_IMAGE = "wasm://default"
 _INTERRUPT_TIMEOUT = 5.0
 
 
-def _transport(config: ConnectionConfig | None, domain: str | None, api_key: str | None) -> Transport:
+def _transport(
+    config: ConnectionConfig | None, domain: str | None, api_key: str | None, blocking: bool = False
+) -> Transport:
     cfg = config or ConnectionConfig()
     if domain is not None or api_key is not None:
         cfg = ConnectionConfig(
@@ -47,7 +49,7 @@ def _transport(config: ConnectionConfig | None, domain: str | None, api_key: str
             max_retry_wait=cfg.max_retry_wait,
             headers=dict(cfg.headers),
         )
-    return Transport(cfg)
+    return Transport(cfg, blocking=blocking)
 
 
 def _metadata_filter(metadata: Mapping[str, str]) -> str:
@@ -116,31 +118,24 @@ class AsyncSandbox:
         sandbox's lifetime in seconds (None: no expiry). Raises :class:`InvalidArgumentError`
         for a bad request, :class:`UnavailableError` when the runtime cannot start it.
         """
-        body: dict[str, Any] = {"image": {"uri": image}}
-        if timeout is not None:
-            body["timeout"] = int(timeout)
-        else:
-            body["timeout"] = None
-        if env:
-            body["env"] = dict(env)
-        if metadata:
-            body["metadata"] = dict(metadata)
-        if entrypoint is not None:
-            body["entrypoint"] = list(entrypoint)
-        if resource_limits:
-            body["resourceLimits"] = dict(resource_limits)
-        if network_policy is not None:
-            body["networkPolicy"] = _dump(network_policy)
-        if credential_proxy:
-            body["credentialProxy"] = {"enabled": True}
-        ext = dict(extensions or {})
-        if runtime is not None:
-            ext["hybox.io/runtime"] = runtime
-        if ext:
-            body["extensions"] = ext
-        t = _transport(config, domain, api_key)
+        body = create_body(
+            image,
+            runtime=runtime,
+            timeout=timeout,
+            env=env,
+            metadata=metadata,
+            entrypoint=entrypoint,
+            resource_limits=resource_limits,
+            network_policy=network_policy,
+            credential_proxy=credential_proxy,
+            extensions=extensions,
+        )
+        return await cls._create(_transport(config, domain, api_key), body)
+
+    @classmethod
+    async def _create(cls, t: Transport, body: dict[str, Any]) -> AsyncSandbox:
         try:
-            data = await t.call("POST", t.url("/sandboxes"), json_body=body, retry=True, idempotent=False)
+            data = await t.call("POST", t.url("/sandboxes"), json_body=body, idempotent=False)
         except BaseException:
             await t.aclose()
             raise
@@ -156,7 +151,10 @@ class AsyncSandbox:
         config: ConnectionConfig | None = None,
     ) -> AsyncSandbox:
         """A handle on an existing sandbox. Raises :class:`NotFoundError` if there is none."""
-        t = _transport(config, domain, api_key)
+        return await cls._connect(_transport(config, domain, api_key), sandbox_id)
+
+    @classmethod
+    async def _connect(cls, t: Transport, sandbox_id: str) -> AsyncSandbox:
         try:
             data = await t.call("GET", t.url("/sandboxes/" + quote(sandbox_id, safe="")))
         except BaseException:
@@ -177,6 +175,17 @@ class AsyncSandbox:
         config: ConnectionConfig | None = None,
     ) -> SandboxPage:
         """One page of the server's sandboxes, filtered by state (any of) and metadata (all of)."""
+        return await cls._list(_transport(config, domain, api_key), state, metadata, page, page_size)
+
+    @classmethod
+    async def _list(
+        cls,
+        t: Transport,
+        state: str | Sequence[str] | None,
+        metadata: Mapping[str, str] | None,
+        page: int | None,
+        page_size: int | None,
+    ) -> SandboxPage:
         params: list[tuple[str, str]] = []
         if state is not None:
             for s in [state] if isinstance(state, str) else state:
@@ -187,7 +196,6 @@ class AsyncSandbox:
             params.append(("page", str(page)))
         if page_size is not None:
             params.append(("pageSize", str(page_size)))
-        t = _transport(config, domain, api_key)
         try:
             data = await t.call("GET", t.url("/sandboxes"), params=params)
         finally:
@@ -323,28 +331,40 @@ async def run_stream(
 ) -> None:
     """Opens ``POST base+path`` and folds its events into x (shared by sandboxes and one-shot runs)."""
 
-    async def go() -> None:
+    async def go(read_timeout: float | None) -> None:
         async with t.events(
-            "POST", base + path, headers=headers, json_body=body, timeout=None, idempotent=False
+            "POST", base + path, headers=headers, json_body=body, timeout=read_timeout, idempotent=False
         ) as events:
             if not await fold(events, h, x):
                 raise incomplete()
 
+    async def interrupt() -> None:
+        await t.send("DELETE", base + str(interrupt_path), headers=headers, params={"id": x.id},
+                     retry=False, timeout=_INTERRUPT_TIMEOUT)
+
+    if t.blocking:
+        # No event loop: the server enforces `timeout`, the stream's read timeout backs it up,
+        # and an interrupt of the caller (KeyboardInterrupt) stops the execution too.
+        try:
+            await go(None if timeout is None else timeout + 5)
+        except BaseException:
+            if x.id and interrupt_path is not None:
+                try:
+                    await interrupt()
+                except Exception:
+                    pass
+            raise
+        return
     try:
         if timeout is None:
-            await go()
+            await go(None)
         else:
             # the server enforces `timeout`; the client waits a little longer for its answer
-            await asyncio.wait_for(go(), timeout + 5)
+            await asyncio.wait_for(go(None), timeout + 5)
     except (asyncio.CancelledError, asyncio.TimeoutError) as e:
         if x.id and interrupt_path is not None:
             try:
-                await asyncio.shield(
-                    asyncio.wait_for(
-                        t.send("DELETE", base + interrupt_path, headers=headers, params={"id": x.id}, retry=False),
-                        _INTERRUPT_TIMEOUT,
-                    )
-                )
+                await asyncio.shield(interrupt())
             except Exception:
                 pass
         if isinstance(e, asyncio.TimeoutError):
@@ -352,6 +372,41 @@ async def run_stream(
 
             raise HyboxTimeout(0, "CLIENT_TIMEOUT", "the execution did not finish in time") from e
         raise
+
+
+def create_body(
+    image: str,
+    *,
+    runtime: str | None,
+    timeout: float | None,
+    env: Mapping[str, str] | None,
+    metadata: Mapping[str, str] | None,
+    entrypoint: Sequence[str] | None,
+    resource_limits: Mapping[str, str] | None,
+    network_policy: m.NetworkPolicy | Mapping[str, Any] | None,
+    credential_proxy: bool,
+    extensions: Mapping[str, str] | None,
+) -> dict[str, Any]:
+    """The body of ``POST /sandboxes`` for :meth:`AsyncSandbox.create`'s arguments."""
+    body: dict[str, Any] = {"image": {"uri": image}, "timeout": None if timeout is None else int(timeout)}
+    if env:
+        body["env"] = dict(env)
+    if metadata:
+        body["metadata"] = dict(metadata)
+    if entrypoint is not None:
+        body["entrypoint"] = list(entrypoint)
+    if resource_limits:
+        body["resourceLimits"] = dict(resource_limits)
+    if network_policy is not None:
+        body["networkPolicy"] = _dump(network_policy)
+    if credential_proxy:
+        body["credentialProxy"] = {"enabled": True}
+    ext = dict(extensions or {})
+    if runtime is not None:
+        ext["hybox.io/runtime"] = runtime
+    if ext:
+        body["extensions"] = ext
+    return body
 
 
 def _dump(v: Any) -> Any:

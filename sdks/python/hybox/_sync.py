@@ -1,4 +1,6 @@
-"""The synchronous API: each object wraps its asynchronous twin and runs it on a private loop.
+"""The synchronous API: each object wraps its asynchronous twin, which runs over a blocking
+transport and is driven to its end on the caller's thread (see ``_transport.drive``).
+Terminals, which need a WebSocket, run on a private event loop thread instead.
 
 No logic lives here: every method forwards to the async implementation.
 """
@@ -7,23 +9,40 @@ from __future__ import annotations
 
 import builtins
 import datetime as _dt
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import IO, Any, Literal, overload
+from typing import IO, Any, Literal, TypeVar, overload
+
+T = TypeVar("T")
 
 from . import _loop
 from . import _models as m
 from ._code import AsyncCode, Context
-from ._commands import AsyncCommandHandle, AsyncCommands, AsyncPty, AsyncPtySession, AsyncSession, CommandStatus
+from ._commands import AsyncCommandHandle, AsyncCommands, AsyncPtySession, AsyncSession, CommandStatus
 from ._config import ConnectionConfig
 from ._egress import AsyncEgress, AsyncVault, PolicyStatus, VaultState
 from ._execution import CommandResult, ErrorHandler, Execution, OutputHandler, ResultHandler
 from ._files import AsyncFiles, FileInfo, WriteEntry
-from ._sandbox import DEFAULT_IMAGE, AsyncSandbox, Endpoint, SandboxInfo, SandboxPage
+from ._sandbox import DEFAULT_IMAGE, AsyncSandbox, Endpoint, SandboxInfo, SandboxPage, _transport, create_body
+from ._transport import Transport, drive
 
 __all__ = ["Sandbox", "Commands", "CommandHandle", "Session", "Pty", "PtySession", "Code", "Files", "Egress", "Vault"]
 
-_run = _loop.run
+_run = drive
+
+
+def _iterate(agen: AsyncIterator[T]) -> Iterator[T]:
+    """Iterates over an async iterator of a blocking transport."""
+    try:
+        while True:
+            try:
+                yield drive(agen.__anext__())  # type: ignore[arg-type]
+            except StopAsyncIteration:
+                return
+    finally:
+        close = getattr(agen, "aclose", None)
+        if close is not None:
+            drive(close())
 
 
 class CommandHandle:
@@ -151,7 +170,7 @@ class Commands:
         gid: int | None = None,
     ) -> CommandResult | CommandHandle:
         """Runs ``cmd`` in the sandbox's shell; see :meth:`AsyncCommands.run`. Callbacks are
-        called on the SDK's private thread while the command runs."""
+        called on this thread while the command runs; Ctrl-C kills the command."""
         r = _run(
             self._a.run(
                 cmd,
@@ -196,19 +215,19 @@ class PtySession:
 
     def send_input(self, data: str | bytes) -> None:
         """Writes keystrokes to the terminal."""
-        _run(self._a.send_input(data))
+        _loop.run(self._a.send_input(data))
 
     def resize(self, cols: int, rows: int) -> None:
         """Changes the terminal's size."""
-        _run(self._a.resize(cols, rows))
+        _loop.run(self._a.resize(cols, rows))
 
     def signal(self, name: str) -> None:
         """Sends a signal such as ``SIGINT`` to the program."""
-        _run(self._a.signal(name))
+        _loop.run(self._a.signal(name))
 
     def read(self, timeout: float | None = None) -> bytes:
         """The next chunk of output; ``b""`` once the program ended."""
-        return _run(self._a.read(timeout))
+        return _loop.run(self._a.read(timeout))
 
     def output(self) -> Iterator[bytes]:
         """Iterates over output chunks until the program ends."""
@@ -216,22 +235,22 @@ class PtySession:
 
     def wait(self, timeout: float | None = None) -> int | None:
         """Waits for the program to end and returns its exit code."""
-        return _run(self._a.wait(timeout))
+        return _loop.run(self._a.wait(timeout))
 
     def kill(self) -> None:
         """Kills the program and forgets the terminal."""
-        _run(self._a.kill())
+        _loop.run(self._a.kill())
 
     def close(self) -> None:
         """Detaches from the terminal."""
-        _run(self._a.close())
+        _loop.run(self._a.close())
 
 
 class Pty:
     """Terminals in one sandbox (``sandbox.pty``); container sandboxes only."""
 
-    def __init__(self, a: AsyncPty) -> None:
-        self._a = a
+    def __init__(self, sb: AsyncSandbox) -> None:
+        self._sb = sb
 
     def create(
         self,
@@ -243,7 +262,14 @@ class Pty:
         envs: Mapping[str, str] | None = None,
     ) -> PtySession:
         """Starts ``command`` (default: a shell) on a terminal and attaches to it."""
-        return PtySession(_run(self._a.create(command, cols=cols, rows=rows, cwd=cwd, envs=envs)))
+        sb = self._sb
+
+        async def create() -> AsyncPtySession:
+            # a twin of the sandbox on the private loop, over an async transport
+            twin = AsyncSandbox(sb.info, Transport(sb._t.config))
+            return await twin.pty.create(command, cols=cols, rows=rows, cwd=cwd, envs=envs)
+
+        return PtySession(_loop.run(create()))
 
 
 class Code:
@@ -264,8 +290,8 @@ class Code:
         on_error: ErrorHandler | None = None,
         timeout: float | None = None,
     ) -> Execution:
-        """Runs ``code``; see :meth:`AsyncCode.run`. Callbacks are called on the SDK's private
-        thread as events arrive."""
+        """Runs ``code``; see :meth:`AsyncCode.run`. Callbacks are called on this thread as
+        events arrive; Ctrl-C interrupts the execution."""
         return _run(
             self._a.run(
                 code,
@@ -312,7 +338,7 @@ class Files:
 
     def stream(self, path: str, chunk_size: int = 1 << 16) -> Iterator[bytes]:
         """Iterates over the file's content as it downloads."""
-        return _loop.iterate(self._a.stream(path, chunk_size))
+        return _iterate(self._a.stream(path, chunk_size))
 
     def write(self, path: str, data: str | bytes | IO[bytes], *, mode: int | None = None) -> None:
         """Writes one file (parents are created)."""
@@ -434,8 +460,8 @@ class Vault:
 class Sandbox:
     """A sandbox, driven synchronously. Make one with :meth:`create` or :meth:`connect`.
 
-    ``with Sandbox.create() as sb:`` kills the sandbox on exit. Thread-safe: calls run on one
-    private event loop.
+    ``with Sandbox.create() as sb:`` kills the sandbox on exit. Calls block the calling thread
+    (callbacks run on it too) and may be made from several threads at once.
     """
 
     def __init__(self, a: AsyncSandbox) -> None:
@@ -448,7 +474,7 @@ class Sandbox:
         """The code interpreter: contexts and executions."""
         self.files: Files = Files(a.files)
         """The sandbox's filesystem."""
-        self.pty: Pty = Pty(a.pty)
+        self.pty: Pty = Pty(a)
         """Terminals (container sandboxes)."""
         self.egress: Egress = Egress(a.egress)
         """The egress policy."""
@@ -474,25 +500,19 @@ class Sandbox:
         config: ConnectionConfig | None = None,
     ) -> Sandbox:
         """Creates a sandbox and returns it running; see :meth:`AsyncSandbox.create`."""
-        return cls(
-            _run(
-                AsyncSandbox.create(
-                    image,
-                    runtime=runtime,
-                    timeout=timeout,
-                    env=env,
-                    metadata=metadata,
-                    entrypoint=entrypoint,
-                    resource_limits=resource_limits,
-                    network_policy=network_policy,
-                    credential_proxy=credential_proxy,
-                    extensions=extensions,
-                    domain=domain,
-                    api_key=api_key,
-                    config=config,
-                )
-            )
+        body = create_body(
+            image,
+            runtime=runtime,
+            timeout=timeout,
+            env=env,
+            metadata=metadata,
+            entrypoint=entrypoint,
+            resource_limits=resource_limits,
+            network_policy=network_policy,
+            credential_proxy=credential_proxy,
+            extensions=extensions,
         )
+        return cls(_run(AsyncSandbox._create(_transport(config, domain, api_key, blocking=True), body)))
 
     @classmethod
     def connect(
@@ -504,7 +524,7 @@ class Sandbox:
         config: ConnectionConfig | None = None,
     ) -> Sandbox:
         """A handle on an existing sandbox. Raises :class:`NotFoundError` if there is none."""
-        return cls(_run(AsyncSandbox.connect(sandbox_id, domain=domain, api_key=api_key, config=config)))
+        return cls(_run(AsyncSandbox._connect(_transport(config, domain, api_key, blocking=True), sandbox_id)))
 
     @classmethod
     def list(
@@ -519,17 +539,8 @@ class Sandbox:
         config: ConnectionConfig | None = None,
     ) -> SandboxPage:
         """One page of the server's sandboxes, filtered by state and metadata."""
-        return _run(
-            AsyncSandbox.list(
-                state=state,
-                metadata=metadata,
-                page=page,
-                page_size=page_size,
-                domain=domain,
-                api_key=api_key,
-                config=config,
-            )
-        )
+        t = _transport(config, domain, api_key, blocking=True)
+        return _run(AsyncSandbox._list(t, state, metadata, page, page_size))
 
     @property
     def info(self) -> SandboxInfo:
@@ -584,7 +595,10 @@ class Sandbox:
         return self
 
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
-        _run(self._a.__aexit__(et, ev, tb))
+        try:
+            _run(self._a.kill())
+        finally:
+            _run(self._a.close())
 
     def __repr__(self) -> str:
         return f"Sandbox(id={self.id!r})"
