@@ -118,6 +118,28 @@ def main() -> None:
                      f"{pct(warm, 50) - pct(raw_warm, 50):+.3f} ms"))
         rows.append(("SDK overhead, get_info (p50 SDK - p50 raw)",
                      f"{pct(info_sdk, 50) - pct(info_raw, 50):+.3f} ms  (SDK {pct(info_sdk, 50):.3f}, raw {pct(info_raw, 50):.3f})"))
+    async def async_info() -> tuple[list[float], list[float]]:
+        sb = await hybox.AsyncSandbox.create(config=cfg)
+        ac = httpx.AsyncClient()
+        sdk: list[float] = []
+        rawa: list[float] = []
+        for i in range(a.n * 2 + 10):
+            t = time.perf_counter()
+            await sb.get_info()
+            d1 = (time.perf_counter() - t) * 1000
+            t = time.perf_counter()
+            (await ac.get(f"{base}/sandboxes/{sb.id}", headers=auth)).json()
+            d2 = (time.perf_counter() - t) * 1000
+            if i >= 10:
+                sdk.append(d1)
+                rawa.append(d2)
+        await sb.kill()
+        await ac.aclose()
+        return sdk, rawa
+
+    ai, ar = asyncio.run(async_info())
+    rows.append(("SDK overhead, AsyncSandbox.get_info (p50 - raw AsyncClient)",
+                 f"{pct(ai, 50) - pct(ar, 50):+.3f} ms  (SDK {pct(ai, 50):.3f}, raw {pct(ar, 50):.3f})"))
     rows.append(("SDK overhead, create -> first result (p50 SDK - p50 raw)",
                  f"{pct(cf, 50) - pct(rcf, 50):+.3f} ms"))
     raw.close()
