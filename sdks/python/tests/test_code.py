@@ -168,3 +168,44 @@ async def test_cancel_interrupts_on_the_server(server: Server) -> None:
             except hybox.BusyError:
                 assert time.monotonic() - t < 5, "the execution goes on after the cancel"
                 await asyncio.sleep(0.05)
+
+
+def test_ctrl_c_interrupts_on_the_server(sb: hybox.Sandbox) -> None:
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals need the main thread")
+    ctx = sb.code.create_context()
+
+    def on_alarm(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.8)
+        with pytest.raises(KeyboardInterrupt):
+            sb.code.run("import time\ntime.sleep(60)", context=ctx)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    t = time.monotonic()
+    while True:  # the server stopped the execution: the context is free again
+        try:
+            assert sb.code.run("'free'", context=ctx).text == "'free'"
+            break
+        except hybox.BusyError:
+            assert time.monotonic() - t < 5, "the execution goes on after Ctrl-C"
+            time.sleep(0.05)
+
+
+def test_callbacks_may_call_the_sdk(sb: hybox.Sandbox) -> None:
+    # synchronous callbacks run on the caller's thread: they may use the SDK themselves
+    seen: list[str] = []
+
+    def save(text: str) -> None:
+        seen.append(text)
+        sb.files.write("/seen.txt", "".join(seen))
+
+    x = sb.code.run("print('saving')", on_stdout=save)
+    assert x.error is None and sb.files.read("/seen.txt") == "saving\n"
