@@ -2,7 +2,8 @@
 # Tests the Python SDK as users get it: checks that the generated models are in step with
 # the protocol document, builds the wheel and the sdist, installs the wheel into a fresh
 # virtualenv (so a file missing from the package fails), runs mypy --strict on the installed
-# package, and runs the suite against a real `hybox serve` (started by the tests' fixture).
+# package, and runs the suite against a real `hybox serve` and a stand-alone hybox-execd
+# (started by the tests' fixtures). matplotlib goes into the virtualenv for the figure test.
 # Usage: scripts/test-sdk-python.sh [pytest args...] | --generate-only
 # Env: PYTHON (default python3, >= 3.10), HYBOX_BIN (default bin/hybox).
 set -euo pipefail
@@ -39,9 +40,9 @@ wheel=$(ls "$work"/dist/hybox-*.whl)
 ls "$work"/dist/hybox-*.tar.gz >/dev/null
 
 "$py" -m venv "$work/venv"
-"$work/venv/bin/pip" install -q --disable-pip-version-check "$wheel" pytest==9.2.0
+"$work/venv/bin/pip" install -q --disable-pip-version-check "$wheel" pytest==9.2.0 matplotlib==3.11.2
 
 cd "$work"   # not the source tree: `import hybox` must find the installed wheel
 "$tools/bin/mypy" --strict --no-incremental --python-executable "$work/venv/bin/python" -p hybox
-HYBOX_BIN=${HYBOX_BIN:-$root/bin/hybox} HYBOX_GUEST_DIR=${HYBOX_GUEST_DIR:-$root/build/guests} \
+HYBOX_BIN=${HYBOX_BIN:-$root/bin/hybox} HYBOX_EXECD_BIN=${HYBOX_EXECD_BIN:-$root/bin/hybox-execd} HYBOX_GUEST_DIR=${HYBOX_GUEST_DIR:-$root/build/guests} \
 	"$work/venv/bin/pytest" -q -p no:cacheprovider --rootdir "$root/sdks/python" "$root/sdks/python/tests" "$@"
