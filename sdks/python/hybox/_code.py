@@ -12,8 +12,8 @@ if TYPE_CHECKING:
 
 __all__ = ["AsyncCode", "Context"]
 
-Context = m.CodeContext
-"""A code context: ``id``, ``language``, ``cwd``. Variables live on between its executions."""
+class Context(m.CodeContext):
+    """A code context: ``id``, ``language``, ``cwd``. Variables live on between its executions."""
 
 _EXECD = 44772
 
@@ -64,13 +64,13 @@ class AsyncCode:
         if cwd is not None:
             body["cwd"] = cwd
         data = await self._sb._call(_EXECD, "POST", "/code/context", json_body=body, idempotent=False)
-        return m.CodeContext.model_validate(data)
+        return Context.model_validate(data)
 
     async def list_contexts(self, language: str | None = None) -> list[Context]:
         """The sandbox's contexts, optionally of one language."""
         params = {} if language is None else {"language": language}
         data = await self._sb._call(_EXECD, "GET", "/code/contexts", params=params)
-        return [m.CodeContext.model_validate(c) for c in data or []]
+        return [Context.model_validate(c) for c in data or []]
 
     async def delete_context(self, context: Context | str) -> None:
         """Ends a context. Raises :class:`NotFoundError` for an unknown one."""

@@ -16,8 +16,8 @@ if TYPE_CHECKING:
 
 __all__ = ["AsyncCommands", "AsyncCommandHandle", "AsyncSession", "AsyncPty", "AsyncPtySession", "CommandStatus"]
 
-CommandStatus = m.CommandStatus
-"""A command's status: ``running``, ``exit_code``, ``started_at``, ``finished_at``."""
+class CommandStatus(m.CommandStatus):
+    """A command's status: ``running``, ``exit_code``, ``started_at``, ``finished_at``."""
 
 _EXECD = 44772
 
@@ -159,7 +159,7 @@ class AsyncCommandHandle:
     async def status(self) -> CommandStatus:
         """The command's status. Raises :class:`NotFoundError` for an unknown id."""
         data = await self._sb._call(_EXECD, "GET", f"/command/status/{self.id}")
-        return m.CommandStatus.model_validate(data)
+        return CommandStatus.model_validate(data)
 
     async def logs(self, cursor: int | None = None) -> tuple[str, int]:
         """Output (stdout and stderr interleaved) from byte offset ``cursor`` (default: where
@@ -271,8 +271,7 @@ class AsyncPtySession:
         self._sb = sandbox
         self.id: str = session_id
         """The terminal's id."""
-        self.exit_code: int | None = None
-        """The program's exit code once it ended."""
+        self._exit_code: int | None = None
         self._ws: Any = None
         self._out: asyncio.Queue[bytes | None] = asyncio.Queue()
         self._reader: asyncio.Task[None] | None = None
@@ -298,13 +297,18 @@ class AsyncPtySession:
                     continue
                 obj = json.loads(msg)
                 if obj.get("type") == "exit":
-                    self.exit_code = obj.get("exit_code")
+                    self._exit_code = obj.get("exit_code")
                     break
         except Exception:
             pass
         finally:
             self._exited.set()
             await self._out.put(None)
+
+    @property
+    def exit_code(self) -> int | None:
+        """The program's exit code once it ended."""
+        return self._exit_code
 
     async def send_input(self, data: str | bytes) -> None:
         """Writes keystrokes to the terminal."""
@@ -339,7 +343,7 @@ class AsyncPtySession:
     async def wait(self, timeout: float | None = None) -> int | None:
         """Waits for the program to end and returns its exit code."""
         await asyncio.wait_for(self._exited.wait(), timeout)
-        return self.exit_code
+        return self._exit_code
 
     async def kill(self) -> None:
         """Kills the program and forgets the terminal."""

@@ -16,9 +16,9 @@ if TYPE_CHECKING:
 
 __all__ = ["AsyncFiles", "FileInfo", "WriteEntry"]
 
-FileInfo = m.FileInfo
-"""A file's description: ``path``, ``type``, ``size``, times, ``owner``, ``group``, ``mode``
-(octal digits as a decimal number: 644 means 0o644)."""
+class FileInfo(m.FileInfo):
+    """A file's description: ``path``, ``type``, ``size``, times, ``owner``, ``group``, ``mode``
+    (octal digits as a decimal number: 644 means 0o644)."""
 
 _EXECD = 44772
 
@@ -73,7 +73,9 @@ class AsyncFiles:
     async def write_many(self, entries: Iterable[WriteEntry]) -> None:
         """Writes several files in one upload."""
         parts: list[tuple[str, tuple[str | None, Any, str]]] = []
+        replayable = True  # a file object is read once: such an upload is not retried
         for e in entries:
+            replayable = replayable and isinstance(e.data, (str, bytes))
             meta: dict[str, Any] = {"path": e.path}
             if e.mode is not None:
                 meta["mode"] = e.mode
@@ -81,18 +83,18 @@ class AsyncFiles:
             parts.append(("file", (e.path.rsplit("/", 1)[-1] or "file", _content(e.data), "application/octet-stream")))
         if not parts:
             return
-        await self._sb._send(_EXECD, "POST", "/files/upload", files=parts, idempotent=True)
+        await self._sb._send(_EXECD, "POST", "/files/upload", files=parts, idempotent=replayable)
 
     async def list(self, path: str, *, depth: int = 1) -> builtins.list[FileInfo]:
         """The entries below directory ``path``, ``depth`` levels deep."""
         data = await self._sb._call(_EXECD, "GET", "/directories/list", params={"path": path, "depth": depth})
-        return [m.FileInfo.model_validate(x) for x in data or []]
+        return [FileInfo.model_validate(x) for x in data or []]
 
     async def info(self, path: str) -> FileInfo:
         """The description of ``path`` (a symlink is described, not followed).
         Raises :class:`NotFoundError` if it does not exist."""
         data = await self._sb._call(_EXECD, "GET", "/files/info", params={"path": path})
-        return m.FileInfo.model_validate(data[path])
+        return FileInfo.model_validate(data[path])
 
     async def exists(self, path: str) -> bool:
         """Whether ``path`` exists."""
@@ -127,7 +129,7 @@ class AsyncFiles:
     async def search(self, path: str, pattern: str) -> builtins.list[FileInfo]:
         """Files below ``path`` matching the glob ``pattern`` (``**`` spans directories)."""
         data = await self._sb._call(_EXECD, "GET", "/files/search", params={"path": path, "pattern": pattern})
-        return [m.FileInfo.model_validate(x) for x in data or []]
+        return [FileInfo.model_validate(x) for x in data or []]
 
     async def replace(self, path: str, old: str, new: str) -> int:
         """Replaces every ``old`` with ``new`` in the file; returns the number of replacements."""

@@ -25,12 +25,19 @@ EXECD_PORT = 44772
 EGRESS_PORT = 18080
 """The sandbox port of the egress API (policy, credential vault)."""
 
-SandboxInfo = m.Sandbox
-"""A sandbox's record as the server reports it (generated from the protocol document)."""
-SandboxPage = m.ListSandboxesResponse
-"""One page of :meth:`AsyncSandbox.list`: ``items`` and ``pagination``."""
-Endpoint = m.Endpoint
-"""Where a sandbox port is reached: ``endpoint`` (no scheme) and ``headers`` to send."""
+class SandboxInfo(m.Sandbox):
+    """A sandbox's record as the server reports it: ``id``, ``image``, ``status``,
+    ``metadata``, ``createdAt``, ``expiresAt``, ..."""
+
+
+class SandboxPage(m.ListSandboxesResponse):
+    """One page of :meth:`AsyncSandbox.list`: ``items`` and ``pagination``."""
+
+    items: list[SandboxInfo]  # type: ignore[assignment]
+
+
+class Endpoint(m.Endpoint):
+    """Where a sandbox port is reached: ``endpoint`` (no scheme) and ``headers`` to send."""
 
 DEFAULT_IMAGE = "wasm://default"
 _INTERRUPT_TIMEOUT = 5.0
@@ -139,7 +146,7 @@ class AsyncSandbox:
         except BaseException:
             await t.aclose()
             raise
-        return cls(m.Sandbox.model_validate(data), t)
+        return cls(SandboxInfo.model_validate(data), t)
 
     @classmethod
     async def connect(
@@ -160,7 +167,7 @@ class AsyncSandbox:
         except BaseException:
             await t.aclose()
             raise
-        return cls(m.Sandbox.model_validate(data), t)
+        return cls(SandboxInfo.model_validate(data), t)
 
     @classmethod
     async def list(
@@ -200,7 +207,7 @@ class AsyncSandbox:
             data = await t.call("GET", t.url("/sandboxes"), params=params)
         finally:
             await t.aclose()
-        return m.ListSandboxesResponse.model_validate(data)
+        return SandboxPage.model_validate(data)
 
     @property
     def info(self) -> SandboxInfo:
@@ -212,7 +219,7 @@ class AsyncSandbox:
 
     async def get_info(self) -> SandboxInfo:
         """Fetches the sandbox's record. Raises :class:`NotFoundError` once it is gone."""
-        self._info = m.Sandbox.model_validate(await self._t.call("GET", self._path()))
+        self._info = SandboxInfo.model_validate(await self._t.call("GET", self._path()))
         return self._info
 
     async def is_running(self) -> bool:
@@ -252,13 +259,13 @@ class AsyncSandbox:
     async def patch_metadata(self, patch: Mapping[str, str | None]) -> SandboxInfo:
         """Merges ``patch`` into the metadata (a None value deletes the key)."""
         data = await self._t.call("PATCH", self._path("/metadata"), json_body=dict(patch), idempotent=True)
-        self._info = m.Sandbox.model_validate(data)
+        self._info = SandboxInfo.model_validate(data)
         return self._info
 
     async def endpoint(self, port: int) -> Endpoint:
         """Where the sandbox's ``port`` is reached: an address without scheme, and headers."""
         data = await self._t.call("GET", self._path(f"/endpoints/{int(port)}"))
-        return m.Endpoint.model_validate(data)
+        return Endpoint.model_validate(data)
 
     async def endpoint_url(self, port: int) -> tuple[str, dict[str, str]]:
         """The URL of the sandbox's ``port`` (with the lifecycle connection's scheme) and the
