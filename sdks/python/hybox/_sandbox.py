@@ -16,6 +16,7 @@ from ._config import ConnectionConfig
 from ._egress import AsyncEgress, AsyncVault
 from ._execution import CommandResult, Execution, Handlers, fold, incomplete
 from ._files import AsyncFiles
+from ._errors import HyboxError
 from ._transport import Transport
 
 __all__ = ["AsyncSandbox", "SandboxInfo", "SandboxPage", "Endpoint", "EXECD_PORT", "EGRESS_PORT"]
@@ -272,6 +273,21 @@ class AsyncSandbox:
         headers every request to it must carry."""
         ep = await self._resolve(port)
         return ep.base, dict(ep.headers)
+
+    async def ping(self) -> bool:
+        """Whether the sandbox's execd answers ``/ping`` (False when it does not answer)."""
+        ep = await self._resolve(44772)
+        try:
+            await self._t.call("GET", ep.base + "/ping", headers=ep.headers)
+        except HyboxError:
+            return False
+        return True
+
+    async def metrics(self) -> m.Metrics:
+        """The sandbox's resource usage (CPU count and use, memory total and use)."""
+        ep = await self._resolve(44772)
+        data = await self._t.call("GET", ep.base + "/metrics", headers=ep.headers)
+        return m.Metrics.model_validate(data)
 
     async def _resolve(self, port: int) -> _Endpoint:
         ep = self._endpoints.get(port)

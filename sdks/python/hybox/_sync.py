@@ -587,6 +587,14 @@ class Sandbox:
         """The URL of the sandbox's ``port`` and the headers to send with every request."""
         return _run(self._a.endpoint_url(port))
 
+    def ping(self) -> bool:
+        """Whether the sandbox's execd answers ``/ping``."""
+        return _run(self._a.ping())
+
+    def metrics(self) -> m.Metrics:
+        """The sandbox's resource usage (CPU count and use, memory total and use)."""
+        return _run(self._a.metrics())
+
     def close(self) -> None:
         """Closes the handle's connections (the sandbox keeps running)."""
         _run(self._a.close())

@@ -117,3 +117,12 @@ def test_config_from_env_fallback(server: Server, monkeypatch: pytest.MonkeyPatc
     assert hybox.run("1").text == "1"
     with pytest.raises(ValueError):
         hybox.ConnectionConfig(domain="ftp://x").base_url()
+
+
+def test_ping_and_metrics(server: Server) -> None:
+    with hybox.Sandbox.create() as sb:
+        assert sb.ping()
+        got = sb.metrics()
+        assert got.cpu_count > 0
+        assert got.mem_total_mib > 0
+        assert got.timestamp > 0
