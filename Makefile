@@ -177,9 +177,10 @@ generate-python:
 # The wire types are generated from the protocol document by oapi-codegen,
 # run with `go run` at the version pinned in sdks/go/api/doc.go.
 generate: sdk-js-deps
-	@echo "generate: sdks/go/api/api.gen.go and sdks/js/src/schema.gen.ts from sdks/openapi.yaml"
+	@echo "generate: sdks/go/api/api.gen.go, sdks/js/src/schema.gen.ts and sdks/python/hybox/_models.py from sdks/openapi.yaml"
 	cd sdks/go && $(GO) generate ./api
 	cd $(SDK_JS) && npm run --silent generate
+	@./scripts/test-sdk-python.sh --generate-only
 
 # check: formatting, vet, and generated code in step with the document.
 check: vet generate
@@ -188,6 +189,7 @@ check: vet generate
 	cd sdks/go && $(GO) vet ./...
 	@git diff --quiet -- $(SDK_JS)/src/schema.gen.ts || (git diff --stat -- $(SDK_JS)/src/schema.gen.ts; echo "$(SDK_JS)/src/schema.gen.ts is stale: run make generate and commit it"; exit 1)
 	cd $(SDK_JS) && npx --no-install tsc -p tsconfig.json --noEmit
+	@git diff --quiet -- sdks/python/hybox/_models.py || (git diff --stat -- sdks/python/hybox/_models.py; echo "sdks/python/hybox/_models.py is stale: run make generate and commit it"; exit 1)
 
 # wasmfs implements wazero's File interface, whose Seek signature trips
 # vet's stdmethods check; that one check is off for that one package.

@@ -12,6 +12,8 @@ from pydantic import (
     Field,
     RootModel,
     StringConstraints,
+    conint,
+    constr,
 )
 
 
@@ -85,7 +87,7 @@ class Platform(BaseModel):
 
 
 class Host(BaseModel):
-    path: str
+    path: Annotated[str, Field(min_length=1)]
     """
     A directory on the server's host.
     """
@@ -93,7 +95,7 @@ class Host(BaseModel):
 
 class Volume(BaseModel):
     name: str | None = None
-    mountPath: str
+    mountPath: Annotated[str, Field(pattern='^/')]
     """
     An absolute path inside the sandbox.
     """
@@ -152,12 +154,15 @@ class Metadata(
     """
 
 
-class MetadataPatch(RootModel[dict[str, str | None]]):
+class MetadataPatch(
+    RootModel[dict[Annotated[str, StringConstraints(min_length=1, max_length=253)], str | None]]
+):
+    root: dict[
+        Annotated[str, StringConstraints(min_length=1, max_length=253)], str | None
+    ]
     """
-    A string sets a key; null deletes it.
+    A string sets a key; null deletes it. Keys are as in `Metadata`.
     """
-
-    root: dict[str, str | None]
 
 
 class SandboxState(
@@ -209,7 +214,7 @@ class PolicyAction(RootModel[Literal['allow', 'deny']]):
 
 class EgressRule(BaseModel):
     action: PolicyAction
-    target: str
+    target: Annotated[str, Field(min_length=1)]
     """
     An exact name (`example.com`), a wildcard (`*.example.com`: subdomains at any depth,
     not the apex), an IPv4 or IPv6 address, or a CIDR. Case and a trailing dot are ignored.
@@ -512,6 +517,10 @@ class ExecError(BaseModel):
 
 
 class CommandRequest(BaseModel):
+    """
+    `command` (non-empty) or else `argv` (at least one word) is required.
+    """
+
     command: str | None = None
     """
     Shell source. Required unless `argv` is given.
@@ -571,6 +580,10 @@ class SessionCreated(BaseModel):
 
 
 class SessionRunRequest(BaseModel):
+    """
+    `command` or else `code` is required, non-empty.
+    """
+
     command: str | None = None
     """
     Shell source; required unless `code` is given.
@@ -578,6 +591,12 @@ class SessionRunRequest(BaseModel):
     code: str | None = None
     """
     Used when `command` is empty.
+    """
+    cwd: str | None = None
+    """
+    The directory this run starts in; the session's own directory is back in force for
+    the next run (a `cd` inside the run included). Absent: the session's directory.
+
     """
     timeout: Annotated[int | None, Field(ge=0)] = None
     """
@@ -699,8 +718,13 @@ class PtyStatus(BaseModel):
     """
 
 
-class FileMode(RootModel[int | str | None]):
-    root: Annotated[int | str | None, Field(examples=[644, 755])]
+class FileMode(
+    RootModel[conint(ge=0, le=7777) | constr(pattern=r'^[0-7]{1,4}$') | None]
+):
+    root: Annotated[
+        conint(ge=0, le=7777) | constr(pattern=r'^[0-7]{1,4}$') | None,
+        Field(examples=[644, 755]),
+    ]
     """
     Permission bits as octal digits written as a decimal number: 755 means 0o755, 4755
     includes setuid. A string of digits is accepted too; 0 or null means "not given".
@@ -732,8 +756,8 @@ class Permission(BaseModel):
 
 
 class MoveItem(BaseModel):
-    src: str
-    dest: str
+    src: Annotated[str, Field(min_length=1)]
+    dest: Annotated[str, Field(min_length=1)]
 
 
 class ReplaceItem(BaseModel):
@@ -746,7 +770,7 @@ class ReplaceResult(BaseModel):
 
 
 class UploadMetadata(BaseModel):
-    path: str
+    path: Annotated[str, Field(min_length=1)]
     owner: str | None = None
     group: str | None = None
     mode: FileMode | None = None
@@ -766,7 +790,9 @@ class Error(BaseModel):
 
 
 class ImageSpec(BaseModel):
-    uri: Annotated[str, Field(examples=['wasm://default', 'python:3.12'])]
+    uri: Annotated[
+        str, Field(examples=['wasm://default', 'python:3.12'], pattern='\\S')
+    ]
     """
     An image reference (`python:3.12`, `docker.io/library/node:22`) or a wasm image
     (`wasm://default`).
@@ -785,7 +811,7 @@ class CreateSandboxRequest(BaseModel):
     """
     The main process of a container sandbox; echoed back for every runtime.
     """
-    timeout: float | None = None
+    timeout: Annotated[float | None, Field(ge=60.0, le=604800.0)] = None
     """
     Seconds until the sandbox expires and is deleted: at least 60 and at most the
     server's maximum (7 days by default). Absent or null: no expiry, and no `expiresAt`.
