@@ -7,7 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"unsafe"
-
 )
 
 // imageImpl keeps the image on the heap; each instance gets a copy.
