@@ -9,7 +9,8 @@
 # until the cell ends without risking the driver itself.
 #
 # Requests (host -> guest, fd 0): "<kind> <decimal byte length>\n<payload>".
-#   init: payload {"cwd": "/dir", "env": {"HOME": "/dir"}} (JSON); no reply
+#   init: payload {"cwd": "/dir", "env": {"HOME": "/dir"}, "clone": bool}
+#         (JSON; clone: reseed and drop caches copied from an image); no reply
 #   exec: payload is the cell's source (UTF-8); reply: frames, then done
 #
 # Replies (guest -> host, fd 1): MAGIC + one line of ASCII JSON + "\n".
@@ -183,6 +184,14 @@ class _Kernel:
                 os.chdir(cwd)
             except OSError as e:
                 print("hybox: cannot change directory to %r: %s" % (cwd, e), file=sys.stderr)
+        if req.get("clone"):
+            # A context cloned from a memory image shares the image's
+            # random state and import caches: give it its own.
+            import importlib
+            importlib.invalidate_caches()
+            rnd = sys.modules.get("random")
+            if rnd is not None:
+                rnd.seed()
 
     def on_sigint(self, signum, frame):
         if self.running:
@@ -247,6 +256,15 @@ class _Kernel:
 _DONE = MAGIC + b'{"type": "done"}\n'
 
 
+def _serve(kernel, kind, payload):
+    if kind == b"init":
+        kernel.init(payload)
+    elif kind == b"exec":
+        kernel.run(payload.decode("utf-8", "surrogateescape"))
+        _flush_user_streams()
+        _write_all(1, _DONE)
+
+
 def _main():
     kernel = _Kernel()
     kernel.install_sigint()
@@ -257,12 +275,42 @@ def _main():
             kind, payload = requests.next()
         except EOFError:
             return
-        if kind == b"init":
-            kernel.init(payload)
-        elif kind == b"exec":
-            kernel.run(payload.decode("utf-8", "surrogateescape"))
+        _serve(kernel, kind, payload)
+
+
+# The WASI reactor (scripts/guests/python/reactor.c) imports this file as a
+# module instead of running it: hybox_init calls reactor_init once, and each
+# hybox_run calls reactor_serve, which answers the requests queued on fd 0
+# and returns when fd 0 has no more (the host's stdin reports end of input
+# whenever its queue is empty). The host raises KeyboardInterrupt or
+# TimeoutError in a running cell through CPython's async-exception slot
+# rather than SIGINT, so no signal handler is installed.
+_reactor = None
+
+
+def reactor_init():
+    global _reactor
+    _reactor = (_Kernel(), _Requests(0))
+    if "" not in sys.path:
+        sys.path.insert(0, "")  # the working directory, as for `python -c`
+
+
+def reactor_serve():
+    kernel, requests = _reactor
+    while True:
+        try:
+            kind, payload = requests.next()
+        except EOFError:
+            requests.buf = b""
+            return
+        try:
+            _serve(kernel, kind, payload)
+        except BaseException as e:  # an interrupt that missed the cell
+            kernel.running = False
+            _error(e, [type(e).__name__])
             _flush_user_streams()
             _write_all(1, _DONE)
 
 
-_main()
+if __name__ == "__main__":
+    _main()
