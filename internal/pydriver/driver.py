@@ -186,9 +186,9 @@ class _Kernel:
                 print("hybox: cannot change directory to %r: %s" % (cwd, e), file=sys.stderr)
         if req.get("clone"):
             # A context cloned from a memory image shares the image's
-            # random state and import caches: give it its own.
-            import importlib
-            importlib.invalidate_caches()
+            # random state, and the image's finder for the working
+            # directory (sys.path[0] == ""): give it its own.
+            sys.path_importer_cache.pop("", None)
             rnd = sys.modules.get("random")
             if rnd is not None:
                 rnd.seed()
@@ -219,6 +219,20 @@ class _Kernel:
         self.count += 1
         name = "<cell-%d>" % self.count
         linecache.cache[name] = (len(code), None, code.splitlines(True), name)
+        # A short cell that is one expression compiles in eval mode
+        # directly, without building a Python AST (most of a small cell's
+        # cost); anything else fails that compile at once.
+        if len(code) < 512:
+            try:
+                expr = compile(code, name, "eval", dont_inherit=True)
+            except (SyntaxError, ValueError, OverflowError):
+                expr = None
+            except (MemoryError, RecursionError) as e:
+                _error(e, traceback.format_exception_only(type(e), e))
+                return
+            if expr is not None:
+                self._eval(expr)
+                return
         try:
             tree = ast.parse(code, name, "exec")
         except (SyntaxError, ValueError, OverflowError, MemoryError, RecursionError) as e:
@@ -241,6 +255,20 @@ class _Kernel:
                     ast.fix_missing_locations(body[-1])
                 exec(compile(tree, name, "exec"), self.ns)
                 value = self.ns.pop(_LAST, None)
+            if value is not None:
+                self.ns["_"] = value
+                display(value)
+        except BaseException as e:  # SystemExit and KeyboardInterrupt included
+            self.running = False
+            try:
+                lines = _user_traceback(e)
+            except BaseException:
+                lines = []
+            _error(e, lines)
+
+    def _eval(self, expr):
+        try:
+            value = eval(expr, self.ns)
             if value is not None:
                 self.ns["_"] = value
                 display(value)
@@ -293,6 +321,21 @@ def reactor_init():
     _reactor = (_Kernel(), _Requests(0))
     if "" not in sys.path:
         sys.path.insert(0, "")  # the working directory, as for `python -c`
+    # Run one cell now, so that what the first cell of every clone would
+    # build lazily (parser, compiler and encoder state, caches) is in the
+    # image already; its output goes to the image's own stdout.
+    kernel = _reactor[0]
+    kernel.run("1+1")
+    _flush_user_streams()
+    kernel.count = 0
+    kernel.ns.pop("_", None)
+    linecache.cache.pop("<cell-1>", None)
+    # What start-up built is shared by every clone of the image: keep the
+    # collector off it, or a collection would write to (and so copy) every
+    # page that holds a tracked object.
+    import gc
+    gc.collect()
+    gc.freeze()
 
 
 def reactor_serve():
