@@ -227,6 +227,10 @@ func TestStopKeepsState(t *testing.T) {
 			if got := plain(t, mustRun(t, it, "state, caught")); got != wantCaught(c.want) {
 				t.Errorf("state, caught = %s, want %s", got, wantCaught(c.want))
 			}
+			// No late interrupt lands in the cells that follow.
+			for range 20 {
+				mustRun(t, it, "n = 0\nfor i in range(2000): n += i")
+			}
 		})
 	}
 	t.Run("cell catches the interrupt and goes on", func(t *testing.T) {

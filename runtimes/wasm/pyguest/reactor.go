@@ -315,6 +315,10 @@ func (ri *rinstance) exec(ctx context.Context, reqs []byte, e *execution) (stopp
 	case <-ri.wake:
 	default:
 	}
+	// An interrupt of the previous run may have been raised just after
+	// its hybox_run had returned: it must not land in this one.
+	ri.mem.StoreUint32(ri.slots.asyncExc, 0)
+	ri.mem.StoreUint32(ri.slots.pendingAsync, 0)
 	ri.stdin.set(reqs)
 	ri.begin(e)
 	defer ri.detach()
