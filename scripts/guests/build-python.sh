@@ -89,7 +89,10 @@ if [ -z "${HYBOX_GUEST_REBUILD:-}" ] && [ -f "$out/python-hybox.json" ] &&
 fi
 
 start=$(date +%s)
-work=$(mktemp -d "${TMPDIR:-/tmp}/hybox-python.XXXXXX")
+# A fixed build path: it ends up in the build (sysconfig's CONFIG_ARGS).
+work=$cache_root/work-$key
+rm -rf "$work"
+mkdir -p "$work"
 [ -n "${HYBOX_KEEP_WORK:-}" ] || trap 'rm -rf "$work"' EXIT
 log "building in $work (inputs $key, $jobs jobs)"
 
@@ -169,6 +172,8 @@ py=$work/python3.11
 	cd "$py"
 	# The reduced-stdlib hack of Tools/wasm: no shared modules at all.
 	: >Modules/Setup.local
+	# sys.version carries the build's date: make it that of the inputs.
+	sed -i '1i #define DATE "Jan  1 2024"\n#define TIME "00:00:00"' Modules/getbuildinfo.c
 	# Only what is built here: no pkg-config look-ups of the host's
 	# libraries, and modules without a wasm build of their library off.
 	PKG_CONFIG_PATH= PKG_CONFIG_LIBDIR="$sysroot/lib/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$sysroot" \
