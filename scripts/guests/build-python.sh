@@ -75,6 +75,10 @@ key=$( {
 	cat "$0" "$here/python/reactor.c" "$here/python/sqlite-wasi.h"
 } | sha256sum | cut -c1-32)
 out=$cache_root/$key
+# One build per input hash at a time (several checkouts may share the cache).
+mkdir -p "$cache_root"
+exec 9>"$cache_root/.lock-$key"
+flock 9
 install_outputs() {
 	mkdir -p "$dest"
 	for f in "${outputs[@]}"; do
