@@ -63,7 +63,8 @@ type reactor struct {
 	mod    *engine.ImageModule
 	build  engine.PythonBuild
 	site   memFS // site files and the driver
-	stdlib memFS // the stdlib zip
+	stdlib memFS      // the stdlib zip
+	tree   *pycacheFS // the same as a directory tree, for commands
 
 	mu    sync.Mutex
 	img   *engine.Image // nil until the first context
@@ -97,7 +98,11 @@ func newReactor(ctx context.Context, eng *engine.Engine, b engine.PythonBuild, s
 	if err != nil {
 		return nil, err
 	}
-	return &reactor{eng: eng, mod: mod, build: b, site: files, stdlib: memFS{b.Stdlib.Name: zip}}, nil
+	tree, err := newPycacheFS(zip)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", b.Stdlib.Name, err)
+	}
+	return &reactor{eng: eng, mod: mod, build: b, site: files, stdlib: memFS{b.Stdlib.Name: zip}, tree: tree}, nil
 }
 
 // guestIO is what one instance is wired to.
@@ -108,6 +113,7 @@ type guestIO struct {
 	stdout io.Writer
 	stderr io.Writer
 	sleep  func(ns int64)
+	tree   bool // the stdlib as a directory tree (commands), not the zip
 }
 
 // config returns the module configuration shared by the image's instance
@@ -118,8 +124,12 @@ func (r *reactor) config(g guestIO) wazero.ModuleConfig {
 	fsc := wazero.NewFSConfig().(sysfs.FSConfig).
 		WithSysFSMount(g.root, "/").(sysfs.FSConfig).
 		WithSysFSMount(g.net, netDir).
-		WithFSMount(r.site, siteDir).
-		WithFSMount(r.stdlib, stdlibDir)
+		WithFSMount(r.site, siteDir)
+	if g.tree {
+		fsc = fsc.WithFSMount(r.tree, stdlibDir+"/python3.11")
+	} else {
+		fsc = fsc.WithFSMount(r.stdlib, stdlibDir)
+	}
 	return wazero.NewModuleConfig().
 		WithName("").
 		WithStartFunctions(). // a reactor: _initialize is called explicitly
@@ -459,6 +469,7 @@ func (r *reactor) command(ctx context.Context, cmd engine.Command, args []string
 		stdout: cmd.Stdout,
 		stderr: cmd.Stderr,
 		sleep:  ctxSleep(ctx),
+		tree:   true,
 	}
 	if g.stdin == nil {
 		g.stdin = bytes.NewReader(nil)
