@@ -62,7 +62,7 @@ type reactor struct {
 	eng    *engine.Engine
 	mod    *engine.ImageModule
 	build  engine.PythonBuild
-	site   memFS // site files and the driver
+	site   memFS      // site files and the driver
 	stdlib memFS      // the stdlib zip
 	tree   *pycacheFS // the same as a directory tree, for commands
 
