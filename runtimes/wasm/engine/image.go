@@ -67,6 +67,10 @@ const wasmPage = 65536
 //
 // The returned ImageMemory writes into that memory from other goroutines
 // while the guest runs (to raise a flag the guest polls).
+//
+// Closing the instance unmaps its memory: a caller must never call into an
+// instance after closing it (on a runtime without close-on-context-done
+// checks wazero would run the call, and the guest would fault the process).
 func WithImage(ctx context.Context, img *Image, l *MemoryLimit) (context.Context, *ImageMemory) {
 	h := &ImageMemory{}
 	return experimental.WithMemoryAllocator(ctx, experimental.MemoryAllocatorFunc(func(capacity, max uint64) experimental.LinearMemory {
