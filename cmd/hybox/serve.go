@@ -186,7 +186,7 @@ func serve(ctx context.Context, cfg *config) error {
 		return err
 	}
 	defer stopGuests()
-	log.Info("guests ready", "dir", guestDir, "took", time.Since(start).Round(time.Millisecond))
+	log.Info("guests ready", "dir", guestDir, "python", wrt.PythonGuest(), "took", time.Since(start).Round(time.Millisecond))
 	rts := []runtimes.Runtime{wrt}
 	var images runtimes.ImageStore
 	if cfg.OCI.Address != "" {

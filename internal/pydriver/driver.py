@@ -9,7 +9,8 @@
 # until the cell ends without risking the driver itself.
 #
 # Requests (host -> guest, fd 0): "<kind> <decimal byte length>\n<payload>".
-#   init: payload {"cwd": "/dir", "env": {"HOME": "/dir"}} (JSON); no reply
+#   init: payload {"cwd": "/dir", "env": {"HOME": "/dir"}, "clone": bool}
+#         (JSON; clone: reseed and drop caches copied from an image); no reply
 #   exec: payload is the cell's source (UTF-8); reply: frames, then done
 #
 # Replies (guest -> host, fd 1): MAGIC + one line of ASCII JSON + "\n".
@@ -322,6 +323,14 @@ class _Kernel:
                 os.chdir(cwd)
             except OSError as e:
                 print("hybox: cannot change directory to %r: %s" % (cwd, e), file=sys.stderr)
+        if req.get("clone"):
+            # A context cloned from a memory image shares the image's
+            # random state, and the image's finder for the working
+            # directory (sys.path[0] == ""): give it its own.
+            sys.path_importer_cache.pop("", None)
+            rnd = sys.modules.get("random")
+            if rnd is not None:
+                rnd.seed()
 
     def on_sigint(self, signum, frame):
         if self.running:
@@ -349,6 +358,20 @@ class _Kernel:
         self.count += 1
         name = "<cell-%d>" % self.count
         linecache.cache[name] = (len(code), None, code.splitlines(True), name)
+        # A short cell that is one expression compiles in eval mode
+        # directly, without building a Python AST (most of a small cell's
+        # cost); anything else fails that compile at once.
+        if len(code) < 512:
+            try:
+                expr = compile(code, name, "eval", dont_inherit=True)
+            except (SyntaxError, ValueError, OverflowError):
+                expr = None
+            except (MemoryError, RecursionError) as e:
+                _error(e, traceback.format_exception_only(type(e), e))
+                return
+            if expr is not None:
+                self._eval(expr)
+                return
         try:
             tree = ast.parse(code, name, "exec")
         except (SyntaxError, ValueError, OverflowError, MemoryError, RecursionError) as e:
@@ -389,8 +412,31 @@ class _Kernel:
                 lines = []
             _error(e, lines)
 
+    def _eval(self, expr):
+        try:
+            value = eval(expr, self.ns)
+            if value is not None:
+                self.ns["_"] = value
+                display(value)
+        except BaseException as e:  # SystemExit and KeyboardInterrupt included
+            self.running = False
+            try:
+                lines = _user_traceback(e)
+            except BaseException:
+                lines = []
+            _error(e, lines)
+
 
 _DONE = MAGIC + b'{"type": "done"}\n'
+
+
+def _serve(kernel, kind, payload):
+    if kind == b"init":
+        kernel.init(payload)
+    elif kind == b"exec":
+        kernel.run(payload.decode("utf-8", "surrogateescape"))
+        _flush_user_streams()
+        _write_all(1, _DONE)
 
 
 def _main():
@@ -403,12 +449,57 @@ def _main():
             kind, payload = requests.next()
         except EOFError:
             return
-        if kind == b"init":
-            kernel.init(payload)
-        elif kind == b"exec":
-            kernel.run(payload.decode("utf-8", "surrogateescape"))
+        _serve(kernel, kind, payload)
+
+
+# The WASI reactor (scripts/guests/python/reactor.c) imports this file as a
+# module instead of running it: hybox_init calls reactor_init once, and each
+# hybox_run calls reactor_serve, which answers the requests queued on fd 0
+# and returns when fd 0 has no more (the host's stdin reports end of input
+# whenever its queue is empty). The host raises KeyboardInterrupt or
+# TimeoutError in a running cell through CPython's async-exception slot
+# rather than SIGINT, so no signal handler is installed.
+_reactor = None
+
+
+def reactor_init():
+    global _reactor
+    _reactor = (_Kernel(), _Requests(0))
+    if "" not in sys.path:
+        sys.path.insert(0, "")  # the working directory, as for `python -c`
+    # Run one cell now, so that what the first cell of every clone would
+    # build lazily (parser, compiler and encoder state, caches) is in the
+    # image already; its output goes to the image's own stdout.
+    kernel = _reactor[0]
+    kernel.run("1+1")
+    _flush_user_streams()
+    kernel.count = 0
+    kernel.ns.pop("_", None)
+    linecache.cache.pop("<cell-1>", None)
+    # What start-up built is shared by every clone of the image: keep the
+    # collector off it, or a collection would write to (and so copy) every
+    # page that holds a tracked object.
+    import gc
+    gc.collect()
+    gc.freeze()
+
+
+def reactor_serve():
+    kernel, requests = _reactor
+    while True:
+        try:
+            kind, payload = requests.next()
+        except EOFError:
+            requests.buf = b""
+            return
+        try:
+            _serve(kernel, kind, payload)
+        except BaseException as e:  # an interrupt that missed the cell
+            kernel.running = False
+            _error(e, [type(e).__name__])
             _flush_user_streams()
             _write_all(1, _DONE)
 
 
-_main()
+if __name__ == "__main__":
+    _main()

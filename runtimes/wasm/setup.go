@@ -13,15 +13,20 @@ import (
 
 // SetupOptions configures Setup.
 type SetupOptions struct {
-	Engine             *engine.Engine // required
-	PythonPool         int            // pre-initialised Python interpreters (0 = pyguest default)
-	DefaultMemoryBytes int64          // per guest instance when a sandbox asks for none
-	OutputLimitBytes   int64          // per execution
-	Exec               execd.Options  // execd settings shared by every sandbox
+	Engine *engine.Engine // required
+	// NPMPython selects the npm build of CPython even when the source build
+	// (engine.PythonManifest in the engine's guest directory) is present.
+	NPMPython          bool
+	PythonPool         int           // pre-initialised interpreters of the npm build (0 = pyguest default)
+	DefaultMemoryBytes int64         // per guest instance when a sandbox asks for none
+	OutputLimitBytes   int64         // per execution
+	Exec               execd.Options // execd settings shared by every sandbox
 }
 
 // Setup starts the Python and JavaScript guests on eng and returns the
-// backend, plus a function that stops the guests.
+// backend, plus a function that stops the guests. Python is the source
+// build when its manifest is in the engine's guest directory and it starts,
+// else the npm build; Runtime.PythonGuest says which and why.
 //
 // # Errors
 // When a guest cannot be compiled or started (for example, missing files).
@@ -32,10 +37,27 @@ func Setup(ctx context.Context, o SetupOptions) (*Runtime, func() error, error) 
 	if o.DefaultMemoryBytes <= 0 {
 		o.DefaultMemoryBytes = 512 << 20
 	}
-	py, err := pyguest.NewManager(ctx, pyguest.Options{Engine: o.Engine, PoolSize: o.PythonPool,
-		MemoryLimitBytes: o.DefaultMemoryBytes, OutputLimitBytes: o.OutputLimitBytes})
-	if err != nil {
-		return nil, nil, fmt.Errorf("python guest: %w", err)
+	pyOpts := pyguest.Options{Engine: o.Engine, PoolSize: o.PythonPool,
+		MemoryLimitBytes: o.DefaultMemoryBytes, OutputLimitBytes: o.OutputLimitBytes}
+	var py *pyguest.Manager
+	var pyNote string
+	if !o.NPMPython {
+		// The source build when it is there and works; else the npm one.
+		b, err := engine.LoadPythonBuild(o.Engine.GuestDir())
+		if err == nil {
+			so := pyOpts
+			so.Build = &b
+			py, err = pyguest.NewManager(ctx, so)
+		}
+		if err != nil {
+			pyNote = fmt.Sprintf(" (the source build is unavailable: %v)", err)
+		}
+	}
+	if py == nil {
+		var err error
+		if py, err = pyguest.NewManager(ctx, pyOpts); err != nil {
+			return nil, nil, fmt.Errorf("python guest: %w", err)
+		}
 	}
 	js, err := jsguest.NewManager(ctx, jsguest.Options{Engine: o.Engine,
 		MemoryLimitBytes: o.DefaultMemoryBytes, OutputLimitBytes: o.OutputLimitBytes})
@@ -52,6 +74,7 @@ func Setup(ctx context.Context, o SetupOptions) (*Runtime, func() error, error) 
 		_ = js.Close()
 		return nil, nil, err
 	}
+	rt.python = py.Describe() + pyNote
 	stop := func() error { return errors.Join(py.Close(), js.Close()) }
 	return rt, stop, nil
 }

@@ -73,8 +73,13 @@ func (o *Options) Validate() error {
 
 // Runtime is the wasm backend.
 type Runtime struct {
-	opts Options
+	opts   Options
+	python string // which CPython Setup chose
 }
+
+// PythonGuest describes the Python guest chosen by Setup ("" when the
+// Runtime was built by New).
+func (r *Runtime) PythonGuest() string { return r.python }
 
 var _ runtimes.Runtime = (*Runtime)(nil)
 var _ runtimes.CodeRunner = (*Sandbox)(nil)

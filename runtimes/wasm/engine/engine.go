@@ -60,6 +60,7 @@ type Engine struct {
 
 	mu       sync.Mutex
 	compiled map[string]wazero.CompiledModule
+	images   map[string]*ImageModule
 }
 
 // New creates the runtime. Guests are compiled lazily by Compile.
@@ -91,6 +92,9 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 // Runtime returns the wazero runtime that closes a module when the context
 // of its call is done (host modules may be added to it).
 func (e *Engine) Runtime() wazero.Runtime { return e.rt }
+
+// GuestDir returns the directory the guests are read from.
+func (e *Engine) GuestDir() string { return e.opts.GuestDir }
 
 // RuntimeFor returns the runtime that g is compiled for and must be
 // instantiated in.

@@ -3,14 +3,20 @@ package pyguest
 import (
 	"bufio"
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"os"
+	"os/exec"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/hybox-dev/hybox/execd"
 	"github.com/hybox-dev/hybox/runtimes/wasm/engine"
 )
 
@@ -25,11 +31,40 @@ func reportPercentiles(b *testing.B, ds []time.Duration) {
 	b.ReportMetric(ms(ds[len(ds)*9/10]), "p90-ms")
 }
 
-// BenchmarkClaimAndFirstResult measures a new context from a warm pool plus
-// its first `1+1`. Refill time is excluded. Run with -benchtime=Nx: each
-// iteration waits for a guest to start (100-300 ms) untimed.
-func BenchmarkClaimAndFirstResult(b *testing.B) {
-	m := newManager(b, Options{PoolSize: 2})
+// BenchmarkNewContextFirstResult measures a new context of the source
+// build (an instance cloned from the memory image) plus its first `1+1`.
+func BenchmarkNewContextFirstResult(b *testing.B) {
+	m := newManager(b, Options{})
+	root, _ := newRoot(b)
+	ctx := context.Background()
+	ds := make([]time.Duration, 0, b.N)
+	for b.Loop() {
+		start := time.Now()
+		it, err := m.NewInterpreter(ctx, root, "/", 0, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		rec := newRecorder()
+		if _, err := it.Run(ctx, "1+1", rec); err != nil {
+			b.Fatal(err)
+		}
+		ds = append(ds, time.Since(start))
+		b.StopTimer()
+		if plain(b, rec) != "2" {
+			b.Fatalf("result %q", plain(b, rec))
+		}
+		_ = it.Close()
+		b.StartTimer()
+	}
+	reportPercentiles(b, ds)
+}
+
+// BenchmarkClaimAndFirstResultNPM measures a new context of the npm build
+// from a warm pool plus its first `1+1`. Refill time is excluded. Run with
+// -benchtime=Nx: each iteration waits for a guest to start (100-300 ms)
+// untimed.
+func BenchmarkClaimAndFirstResultNPM(b *testing.B) {
+	m := newNPMManager(b, Options{PoolSize: 2})
 	root, _ := newRoot(b)
 	ctx := context.Background()
 	var ds []time.Duration
@@ -58,24 +93,96 @@ func BenchmarkClaimAndFirstResult(b *testing.B) {
 	reportPercentiles(b, ds)
 }
 
-// BenchmarkWarmRun measures `1+1` in a live context.
-func BenchmarkWarmRun(b *testing.B) {
-	m := newManager(b, Options{PoolSize: 1})
+// BenchmarkWarmRun measures `1+1` in a live context of the source build.
+func BenchmarkWarmRun(b *testing.B) { benchWarm(b, newManager(b, Options{}), "1+1") }
+
+// BenchmarkWarmRunNPM measures `1+1` in a live context of the npm build.
+func BenchmarkWarmRunNPM(b *testing.B) { benchWarm(b, newNPMManager(b, Options{PoolSize: 1}), "1+1") }
+
+// fib27 defines and calls a recursive Fibonacci: interpreter speed.
+const fib27 = "def fib(n):\n    return n if n < 2 else fib(n-1) + fib(n-2)\nfib(27)"
+
+// BenchmarkFib27 measures fib(27) in the source build; BenchmarkFib27NPM in
+// the npm build; BenchmarkFib27Native in the host's python3, for the ratio.
+func BenchmarkFib27(b *testing.B)    { benchWarm(b, newManager(b, Options{}), fib27) }
+func BenchmarkFib27NPM(b *testing.B) { benchWarm(b, newNPMManager(b, Options{PoolSize: 1}), fib27) }
+
+func BenchmarkFib27Native(b *testing.B) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		b.Skip("no python3 on the host")
+	}
+	script := "import time\n" + strings.Replace(fib27, "fib(27)", "t=time.perf_counter()\nfib(27)\nprint(time.perf_counter()-t)", 1)
+	ds := make([]time.Duration, 0, b.N)
+	for b.Loop() {
+		out, err := exec.Command(py, "-c", script).Output()
+		if err != nil {
+			b.Fatal(err)
+		}
+		sec, err := strconv.ParseFloat(strings.TrimSpace(string(out)), 64)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ds = append(ds, time.Duration(sec*float64(time.Second)))
+	}
+	reportPercentiles(b, ds)
+}
+
+func benchWarm(b *testing.B, m *Manager, code string) {
 	root, _ := newRoot(b)
 	it := newInterp(b, m, root, "/", 0)
 	ctx := context.Background()
 	run(b, it, "0")
 	ds := make([]time.Duration, 0, b.N)
-	b.ResetTimer()
-	for range b.N {
+	for b.Loop() {
 		start := time.Now()
-		if _, err := it.Run(ctx, "1+1", newRecorder()); err != nil {
+		if _, err := it.Run(ctx, code, newRecorder()); err != nil {
 			b.Fatal(err)
 		}
 		ds = append(ds, time.Since(start))
 	}
-	b.StopTimer()
 	reportPercentiles(b, ds)
+}
+
+// BenchmarkInterrupt measures how long `while True: pass` takes to stop
+// after its context is cancelled, in the source build (the context lives on).
+func BenchmarkInterrupt(b *testing.B) {
+	m := newManager(b, Options{})
+	root, _ := newRoot(b)
+	it := newInterp(b, m, root, "/", 0)
+	run(b, it, "x = 41")
+	ds := make([]time.Duration, 0, b.N)
+	for b.Loop() {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		rec := newRecorder()
+		errc := make(chan error, 1)
+		go func() {
+			_, err := it.Run(ctx, "print('go', flush=True)\nwhile True: pass", rec)
+			errc <- err
+		}()
+		<-rec.firstOut
+		start := time.Now()
+		cancel(execd.ErrInterrupted)
+		err := <-errc
+		ds = append(ds, time.Since(start))
+		if !errors.Is(err, execd.ErrInterrupted) || errors.Is(err, execd.ErrContextLost) {
+			b.Fatalf("err = %v, want an interrupt that keeps the context", err)
+		}
+	}
+	b.StopTimer()
+	if got := plain(b, mustRun(b, it, "x + 1")); got != "42" {
+		b.Fatalf("x + 1 = %q after interrupts", got)
+	}
+	reportPercentiles(b, ds)
+}
+
+func mustRun(t testing.TB, it execd.Interpreter, code string) *recorder {
+	t.Helper()
+	rec, xerr := run(t, it, code)
+	if xerr != nil {
+		t.Fatalf("%s: %v", code, xerr)
+	}
+	return rec
 }
 
 // rssBytes returns this process's resident set size, or 0 when unknown.
@@ -95,33 +202,64 @@ func rssBytes() int64 {
 	return 0
 }
 
-// TestFootprint reports the memory of live contexts (it logs; it only fails
-// when the guest's memory cannot be read at all).
+// memStats returns this process's resident and proportional set sizes.
+func memStats() (rss, pss int64) {
+	b, err := os.ReadFile("/proc/self/smaps_rollup")
+	if err != nil {
+		return rssBytes(), 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		kb, _ := strconv.ParseInt(f[1], 10, 64)
+		switch f[0] {
+		case "Rss:":
+			rss = kb << 10
+		case "Pss:":
+			pss = kb << 10
+		}
+	}
+	return rss, pss
+}
+
+// TestFootprint reports the memory of fresh and of idle contexts of the
+// source build (it logs; it fails only when a context does not answer).
 func TestFootprint(t *testing.T) {
-	m := newManager(t, Options{PoolSize: -1})
+	m := newManager(t, Options{})
 	root, _ := newRoot(t)
-	const n = 4
-	before := rssBytes()
-	var its []*interpreter
-	for range n {
-		it := newInterp(t, m, root, "/", 0).(*interpreter)
-		run(t, it, "import json, re, collections\nx = 1")
+	its := make([]execd.Interpreter, 0, 100)
+	one := func() {
+		it := newInterp(t, m, root, "/", 0)
+		if got := plain(t, mustRun(t, it, "1+1")); got != "2" {
+			t.Fatalf("1+1 = %q", got)
+		}
 		its = append(its, it)
 	}
-	after := rssBytes()
-	lin := its[0].inst.linearMemoryBytes()
-	if lin == 0 {
-		t.Fatal("linear memory size unknown")
+	one() // warm the host's caches
+	runtime.GC()
+	rss0, pss0 := memStats()
+	one()
+	rss1, pss1 := memStats()
+	for len(its) < 101 {
+		one()
 	}
-	t.Logf("one live context: linear memory %.1f MiB; process RSS grew %.1f MiB for %d contexts (%.1f MiB each)",
-		float64(lin)/(1<<20), float64(after-before)/(1<<20), n, float64(after-before)/(1<<20)/n)
+	runtime.GC()
+	rss2, pss2 := memStats()
+	mib := func(v int64) float64 { return float64(v) / (1 << 20) }
+	lin := its[0].(*reactorInterp).LinearMemoryBytes()
+	t.Logf("linear memory of a context %.1f MiB (shared with the image until written)", mib(int64(lin)))
+	t.Logf("a fresh context after 1+1: RSS +%.2f MiB, PSS +%.2f MiB", mib(rss1-rss0), mib(pss1-pss0))
+	t.Logf("100 idle contexts: RSS +%.1f MiB, PSS +%.1f MiB (%.2f / %.2f MiB each)",
+		mib(rss2-rss0), mib(pss2-pss0), mib(rss2-rss0)/100, mib(pss2-pss0)/100)
 }
 
 // BenchmarkGuestStart measures starting one pooled guest (the interpreter,
 // its start-up hook and driver.py) until its ready frame: the refill cost,
 // which the start-up hook must not grow.
 func BenchmarkGuestStart(b *testing.B) {
-	m := newManager(b, Options{PoolSize: -1})
+	m := newNPMManager(b, Options{PoolSize: -1})
 	ctx := context.Background()
 	var ds []time.Duration
 	for b.Loop() {
@@ -153,4 +291,66 @@ func BenchmarkCommandStart(b *testing.B) {
 		ds = append(ds, time.Since(start))
 	}
 	reportPercentiles(b, ds)
+}
+
+// BenchmarkBurst50 creates 50 contexts at once, each running `1+1`, and
+// reports the p50 and p99 of create → first result over all of them.
+func BenchmarkBurst50(b *testing.B) {
+	m := newManager(b, Options{})
+	root, _ := newRoot(b)
+	var ds []time.Duration
+	for b.Loop() {
+		ds = append(ds, burst(b, m, root, 50)...)
+	}
+	slices.Sort(ds)
+	b.ReportMetric(float64(ds[len(ds)/2])/1e6, "p50-ms")
+	b.ReportMetric(float64(ds[len(ds)*99/100])/1e6, "p99-ms")
+}
+
+// burst creates n contexts concurrently; each must answer `1+1` with 2.
+func burst(t testing.TB, m *Manager, root *os.Root, n int) []time.Duration {
+	t.Helper()
+	ctx := context.Background()
+	ds := make([]time.Duration, n)
+	errs := make(chan error, n)
+	its := make([]execd.Interpreter, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			it, err := m.NewInterpreter(ctx, root, "/", 0, nil)
+			if err != nil {
+				errs <- err
+				return
+			}
+			its[i] = it
+			rec := newRecorder()
+			if _, err := it.Run(ctx, "1+1", rec); err != nil {
+				errs <- err
+				return
+			}
+			ds[i] = time.Since(start)
+			if _, _, res := rec.out(); len(res) != 1 || res[0]["text/plain"] != "2" {
+				errs <- fmt.Errorf("context %d answered %v", i, res)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for _, it := range its {
+		_ = it.Close()
+	}
+	return ds
+}
+
+// TestBurst: 50 contexts created at once all answer.
+func TestBurst(t *testing.T) {
+	m := newManager(t, Options{})
+	root, _ := newRoot(t)
+	burst(t, m, root, 50)
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/experimental/sysfs"
 	"github.com/tetratelabs/wazero/sys"
 
@@ -22,7 +23,8 @@ const (
 	exitTrapped = 134 // the guest trapped, e.g. abort() (like SIGABRT)
 )
 
-// RunCommand runs python as a shell command in a fresh guest (not pooled):
+// RunCommand runs python as a shell command in a fresh guest (not pooled,
+// not cloned: the source build starts CPython's main in a new instance):
 // `python3 -c CODE`, `python3 file.py args`, `python3 -` (script on stdin),
 // `python3 -m module`, `python3 --version`... cmd.Args[0] is the name as
 // typed. The guest sees cmd.Root as "/" and starts in cmd.Cwd. It returns the
@@ -81,9 +83,15 @@ func (m *Manager) RunCommand(ctx context.Context, cmd engine.Command) (int, erro
 	if limit <= 0 {
 		limit = m.opts.MemoryLimitBytes
 	}
-	mod, err := m.opts.Engine.Runtime().InstantiateModule(engine.WithMemoryLimit(ctx, limit), m.cm, cfg)
-	if mod != nil {
-		_ = mod.Close(context.WithoutCancel(ctx))
+	var err error
+	if m.rx != nil {
+		err = m.rx.command(engine.WithMemoryLimit(ctx, limit), cmd, args, cwd)
+	} else {
+		var mod api.Module
+		mod, err = m.opts.Engine.Runtime().InstantiateModule(engine.WithMemoryLimit(ctx, limit), m.cm, cfg)
+		if mod != nil {
+			_ = mod.Close(context.WithoutCancel(ctx))
+		}
 	}
 	if err == nil {
 		return 0, nil

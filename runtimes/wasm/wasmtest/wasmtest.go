@@ -70,3 +70,15 @@ func Engine(t testing.TB) *engine.Engine {
 	}
 	return eng
 }
+
+// PythonBuild returns the manifest of the source-built CPython in the guest
+// directory. The test fails, never skips, when it is missing: `make guests`
+// builds it.
+func PythonBuild(t testing.TB) engine.PythonBuild {
+	t.Helper()
+	b, err := engine.LoadPythonBuild(GuestDir(t))
+	if err != nil {
+		t.Fatalf("%v: run `make guests` first", err)
+	}
+	return b
+}

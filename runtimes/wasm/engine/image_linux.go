@@ -1,0 +1,96 @@
+//go:build linux
+
+package engine
+
+import (
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// imageImpl is a memfd holding the image.
+type imageImpl struct{ f *os.File }
+
+func newImageImpl(mem []byte) (imageImpl, error) {
+	fd, err := unix.MemfdCreate("hybox-memory-image", unix.MFD_CLOEXEC)
+	if err != nil {
+		return imageImpl{}, fmt.Errorf("memfd_create: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "hybox-memory-image")
+	if _, err := f.WriteAt(mem, 0); err != nil {
+		_ = f.Close()
+		return imageImpl{}, fmt.Errorf("write image: %w", err)
+	}
+	return imageImpl{f: f}, nil
+}
+
+func (i imageImpl) close() error { return i.f.Close() }
+
+func (i imageImpl) allocate(size, max uint64, l *MemoryLimit, mu *sync.Mutex) imageMemory {
+	return &cowMemory{img: i, imgSize: size, max: max, l: l, mu: mu}
+}
+
+// cowMemory reserves the memory's whole maximum as one anonymous mapping
+// (no swap reserved, so untouched pages cost nothing) and maps the image
+// over its start, MAP_PRIVATE: reads see the image's pages, the first write
+// to a page copies it. The address never changes, so growth only lengthens
+// the slice.
+type cowMemory struct {
+	img     imageImpl
+	imgSize uint64
+	max     uint64
+	l       *MemoryLimit
+	mu      *sync.Mutex // guards region against store32
+	region  []byte
+	size    uint64 // current length
+}
+
+func (m *cowMemory) Reallocate(size uint64) []byte {
+	if size > limitFor(m.max, m.l) {
+		return nil
+	}
+	if m.region == nil {
+		reserve := max(m.max, m.imgSize)
+		r, err := unix.Mmap(-1, 0, int(reserve), unix.PROT_READ|unix.PROT_WRITE,
+			unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+		if err != nil {
+			return nil
+		}
+		if _, err := unix.MmapPtr(int(m.img.f.Fd()), 0, unsafe.Pointer(&r[0]), uintptr(m.imgSize),
+			unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_FIXED); err != nil {
+			_ = unix.Munmap(r)
+			return nil
+		}
+		m.mu.Lock()
+		m.region = r
+		m.mu.Unlock()
+	}
+	if size > uint64(len(m.region)) {
+		return nil
+	}
+	m.mu.Lock()
+	m.size = size
+	m.mu.Unlock()
+	return m.region[:size:size]
+}
+
+func (m *cowMemory) Free() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.region != nil {
+		_ = unix.Munmap(m.region)
+		m.region = nil
+	}
+}
+
+func (m *cowMemory) store32(off uint64, v uint32) bool {
+	if m.region == nil || off+4 > m.size {
+		return false
+	}
+	atomic.StoreUint32((*uint32)(unsafe.Pointer(&m.region[off])), v)
+	return true
+}
