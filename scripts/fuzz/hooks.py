@@ -53,7 +53,7 @@ ACCEPTED = [
      r"(egress|rules)\[\d+\]\.target .*: (not a domain, wildcard, IP or CIDR|empty label|label longer than 63 characters|longer than 253 characters)"),
     # Quantities ("512Mi", "500m") are described in prose.
     (("ST202",), r"^POST /sandboxes$", 400, "INVALID_REQUEST",
-     r"^resourceLimits\.(memory|cpu): .* is not a positive quantity"),
+     r"^resourceLimits\.(memory|cpu): .* is (not a positive (CPU )?quantity|too large)"),
     # Host volumes are for container sandboxes (400 NOT_SUPPORTED).
     (("ST202",), r"^POST /sandboxes$", 400, "NOT_SUPPORTED", r"host volumes cannot be mounted into a wasm sandbox"),
     # Owner and group names must exist in the sandbox.
