@@ -330,10 +330,11 @@ func (s *Server) listSandboxes(c *gin.Context) {
 }
 
 func intParam(q url.Values, name string, def int) (int, error) {
-	v := q.Get(name)
-	if v == "" {
+	vs, given := q[name]
+	if !given {
 		return def, nil
 	}
+	v := vs[0]
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 1 {
 		return 0, badRequest(fmt.Sprintf("%s must be a positive integer", name))
