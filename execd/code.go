@@ -291,6 +291,9 @@ func (h *Handler) RunCode(ctx context.Context, req api.CodeRunRequest, s Sink) e
 	if req.Code == nil {
 		return errdefs.New(CodeInvalidRequestBody, "code is required")
 	}
+	if req.TimeoutMs < 0 || req.Timeout < 0 {
+		return errdefs.New(CodeInvalidRequestBody, "timeoutMs and timeout must not be negative")
+	}
 	var c *codeContext
 	var err error
 	lang, id := req.Language, req.Context.ID
@@ -310,9 +313,6 @@ func (h *Handler) RunCode(ctx context.Context, req api.CodeRunRequest, s Sink) e
 		if c, err = m.defaultContext(ctx, lang); err != nil {
 			return err
 		}
-	}
-	if req.TimeoutMs < 0 || req.Timeout < 0 {
-		return errdefs.New(CodeInvalidRequestBody, "timeoutMs and timeout must not be negative")
 	}
 	timeout := req.TimeoutMs
 	if timeout == 0 {

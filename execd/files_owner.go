@@ -25,39 +25,15 @@ func fileModeOf(m wireMode) (mode fs.FileMode, set bool, err error) {
 	if m == 0 {
 		return 0, false, nil
 	}
-	v, err := strconv.ParseUint(strconv.Itoa(int(m)), 8, 32)
-	if err != nil || m < 0 || v > 0o7777 {
-		return 0, false, fmt.Errorf("%w: mode %d is not an octal permission like 644 or 755", errBadRequest, int(m))
-	}
-	mode = fs.FileMode(v & 0o777)
-	if v&0o4000 != 0 {
-		mode |= fs.ModeSetuid
-	}
-	if v&0o2000 != 0 {
-		mode |= fs.ModeSetgid
-	}
-	if v&0o1000 != 0 {
-		mode |= fs.ModeSticky
+	if mode, err = m.FileMode(); err != nil {
+		return 0, false, fmt.Errorf("%w: %v", errBadRequest, err)
 	}
 	return mode, true, nil
 }
 
 // modeToWire converts the permission bits of m (with setuid, setgid and
 // sticky) to the wire form: 0o4755 becomes 4755.
-func modeToWire(m fs.FileMode) int {
-	v := uint64(m.Perm())
-	if m&fs.ModeSetuid != 0 {
-		v |= 0o4000
-	}
-	if m&fs.ModeSetgid != 0 {
-		v |= 0o2000
-	}
-	if m&fs.ModeSticky != 0 {
-		v |= 0o1000
-	}
-	n, _ := strconv.Atoi(strconv.FormatUint(v, 8))
-	return n
-}
+func modeToWire(m fs.FileMode) int { return int(api.ModeOf(m)) }
 
 // maxIDFile caps how much of the guest's /etc/passwd or /etc/group is read.
 const maxIDFile = 4 << 20

@@ -13,9 +13,14 @@ out=build/bench.txt
 	go test -run '^$' -bench 'MemoryPerPythonContext' -benchtime 10x ./server/
 	# The Go SDK against a real `hybox serve` (bin/hybox): its overhead per
 	# call over the same request written with net/http, and create → first
-	# command result for a wasm sandbox.
+	# command result for a wasm sandbox (and, as root, a runc one).
 	(cd sdks/go && HYBOX_BIN="$PWD/../../bin/hybox" HYBOX_REQUIRE_SDK_SERVER=1 \
-		go test -run '^$' -bench 'SDKOverhead|CreateToFirstResult' -benchtime 1000x .)
+		go test -run '^$' -bench 'SDKOverhead|CreateToFirstResult/wasm' -benchtime 1000x .)
+	if [ "$(id -u)" = 0 ] && ./scripts/containers/containerd.sh start /var/lib/hybox-test >/dev/null; then
+		(cd sdks/go && HYBOX_BIN="$PWD/../../bin/hybox" HYBOX_REQUIRE_SDK_SERVER=1 \
+			HYBOX_SDK_CONTAINERD=/var/lib/hybox-test/containerd/containerd.sock \
+			go test -run '^$' -bench 'CreateToFirstResult/runc' -benchtime 20x .)
+	fi
 	# Egress building blocks on loopback: policy decisions, the DNS proxy,
 	# the credential proxy (splice and injection against direct).
 	go test -run '^$' -bench . ./policy/

@@ -120,6 +120,9 @@ func TestBadInputIsRejected(t *testing.T) {
 		st, b, _ := h.do("POST", "/v1/sandboxes", `{"image":{"uri":"wasm://default"},"platform":{},"extensions":{"hybox.io/runtime":null}}`)
 		require.Equal(t, http.StatusAccepted, st, string(b))
 		assert.NotContains(t, string(b), `"os":""`, "an unset platform field is left out")
-		assert.False(t, strings.Contains(string(b), `"hybox.io/runtime":""`), "a null extension is not echoed as empty: %s", b)
+		// A null extension is taken as not given: the router chooses, and the
+		// answer names the runtime it chose (never "" or null).
+		assert.Contains(t, string(b), `"hybox.io/runtime":"wasm"`, "the chosen runtime: %s", b)
+		assert.False(t, strings.Contains(string(b), `"hybox.io/runtime":""`), "a null extension is not stored as empty: %s", b)
 	})
 }

@@ -87,7 +87,8 @@ func (s *Server) removeImage(c *gin.Context) {
 		// DELETE /images (the catch-all route also takes it): that path
 		// is served for GET only.
 		c.Header("Allow", http.MethodGet)
-		s.abortErr(c, errdefs.New(api.ErrorCodeMETHODNOTALLOWED, "method DELETE is not allowed on %s; name the image: DELETE /images/{name}", c.Request.URL.Path))
+		s.abortErr(c, errdefs.New(api.ErrorCodeMETHODNOTALLOWED,
+			"method DELETE is not allowed on %s; name the image: DELETE /images/{name}", c.Request.URL.Path))
 		return
 	}
 	st, ok := s.images(c)

@@ -2,7 +2,9 @@ package server
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -19,6 +21,9 @@ func badRequest(msg string) error { return errdefs.New(api.ErrorCodeINVALIDREQUE
 // the caller.
 func (s *Server) abortErr(c *gin.Context, err error) {
 	status, body := errdefs.HTTP(err)
+	if d := errdefs.RetryAfter(err); d > 0 {
+		c.Header("Retry-After", strconv.Itoa(int((d+time.Second-1)/time.Second)))
+	}
 	if status >= 500 {
 		s.log.Error("request failed", "method", c.Request.Method, "path", c.Request.URL.Path,
 			"requestId", c.GetString("requestId"), "status", status, "err", err)

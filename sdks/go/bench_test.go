@@ -150,15 +150,24 @@ func BenchmarkSDKOverhead(b *testing.B) {
 }
 
 // BenchmarkCreateToFirstResult measures, through the SDK, the time from
-// creating a wasm sandbox to the result of its first command (the sandbox
-// is then killed, outside the measured time).
+// creating a sandbox to the result of its first command (the sandbox is
+// then killed, outside the measured time): wasm always, runc when the
+// container tests can run (HYBOX_SDK_CONTAINERD).
 func BenchmarkCreateToFirstResult(b *testing.B) {
-	c := newClient(b, server(b))
+	b.Run("wasm", func(b *testing.B) { benchCreateToFirstResult(b, server(b), api.CreateSandboxRequest{}) })
+	b.Run("runc", func(b *testing.B) {
+		benchCreateToFirstResult(b, containerServer(b), api.CreateSandboxRequest{Image: api.ImageSpec{URI: testImage},
+			Extensions: api.Extensions{hybox.RuntimeExtension: "runc"}})
+	})
+}
+
+func benchCreateToFirstResult(b *testing.B, srv *testServer, req api.CreateSandboxRequest) {
+	c := newClient(b, srv)
 	ctx := context.Background()
 	var ds []time.Duration
 	for b.Loop() {
 		t0 := time.Now()
-		sb, err := c.Create(ctx, api.CreateSandboxRequest{})
+		sb, err := c.Create(ctx, req)
 		if err != nil {
 			b.Fatal(err)
 		}

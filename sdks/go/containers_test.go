@@ -26,7 +26,7 @@ const (
 )
 
 // containerServer returns a server with the runc runtime, or skips.
-func containerServer(t *testing.T) *testServer {
+func containerServer(t testing.TB) *testServer {
 	t.Helper()
 	sock := os.Getenv("HYBOX_SDK_CONTAINERD")
 	if sock == "" {

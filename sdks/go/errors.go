@@ -99,7 +99,7 @@ func (e *APIError) Error() string {
 func (e *APIError) Unwrap() []error {
 	kind := errdefs.Kind(api.ErrorCode(e.Code))
 	if kind == nil {
-		kind = statusKind(e.Status)
+		kind = errdefs.StatusKind(e.Status)
 	}
 	if kind == nil {
 		return nil
@@ -114,42 +114,6 @@ func (e *APIError) Unwrap() []error {
 		errs = append(errs, ErrUnauthorized)
 	}
 	return errs
-}
-
-// statusKind is the kind of a status whose code is not in the table.
-func statusKind(status int) error {
-	switch status {
-	case http.StatusBadRequest, http.StatusUnprocessableEntity:
-		return errdefs.ErrInvalid
-	case http.StatusUnauthorized:
-		return errdefs.ErrUnauthorized
-	case http.StatusForbidden:
-		return errdefs.ErrForbidden
-	case http.StatusNotFound:
-		return errdefs.ErrNotFound
-	case http.StatusMethodNotAllowed:
-		return errdefs.ErrMethodNotAllowed
-	case http.StatusConflict:
-		return errdefs.ErrConflict
-	case http.StatusRequestEntityTooLarge:
-		return errdefs.ErrTooLarge
-	case http.StatusRequestedRangeNotSatisfiable:
-		return errdefs.ErrRange
-	case http.StatusTooManyRequests:
-		return errdefs.ErrRateLimited
-	case http.StatusNotImplemented:
-		return errdefs.ErrNotSupported
-	case http.StatusBadGateway:
-		return errdefs.ErrUnreachable
-	case http.StatusServiceUnavailable:
-		return errdefs.ErrUnavailable
-	case http.StatusRequestTimeout, http.StatusGatewayTimeout:
-		return errdefs.ErrTimeout
-	}
-	if status >= 500 {
-		return errdefs.ErrInternal
-	}
-	return nil
 }
 
 // errorFromResponse turns a non-2xx answer into an *APIError; it reads (a

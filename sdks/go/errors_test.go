@@ -93,7 +93,7 @@ func TestTypedErrors(t *testing.T) {
 			t.Fatalf("exec: %v", err)
 		}
 		if !errors.Is(x.Err(), hybox.ErrTimeout) || !errors.Is(x.Err(), hybox.ErrExitStatus) || x.ExitCode != 137 {
-			t.Fatalf("Err() = %v, exit %d, want ErrTimeout", x.Err(), x.ExitCode)
+			t.Fatalf("Err() = %v (%+v), exit %d, want ErrTimeout", x.Err(), x.Error, x.ExitCode)
 		}
 		req := hybox.CodeOf("python", "import time\ntime.sleep(10)")
 		req.TimeoutMs = 300

@@ -19,20 +19,7 @@ import (
 
 // Mode returns m's permission bits (setuid, setgid and sticky included) in
 // the wire form: octal digits written as a decimal number (0o755 is 755).
-func Mode(m fs.FileMode) api.FileMode {
-	bits := uint32(m.Perm())
-	if m&fs.ModeSetuid != 0 {
-		bits |= 0o4000
-	}
-	if m&fs.ModeSetgid != 0 {
-		bits |= 0o2000
-	}
-	if m&fs.ModeSticky != 0 {
-		bits |= 0o1000
-	}
-	n, _ := strconv.Atoi(strconv.FormatUint(uint64(bits), 8))
-	return api.FileMode(n)
-}
+func Mode(m fs.FileMode) api.FileMode { return api.ModeOf(m) }
 
 // FileInfo describes paths of the sandbox, keyed by path.
 //

@@ -2,6 +2,7 @@ package hybox_test
 
 import (
 	"errors"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -196,3 +197,40 @@ func TestFromEnv(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// A signed endpoint reaches the port with its own headers, without the API
+// key.
+func TestSignedEndpoint(t *testing.T) {
+	srv := server(t)
+	c := newClient(t, srv)
+	ctx := ctxFor(t, time.Minute)
+	sb := newSandbox(t, c, api.CreateSandboxRequest{})
+	if _, err := sb.WaitRunning(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	ep, err := sb.SignedEndpoint(ctx, hybox.ExecdPort, time.Now().Add(time.Minute))
+	if err != nil {
+		t.Fatalf("signed endpoint: %v", err)
+	}
+	get := func(headers map[string]string) int {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+ep.Endpoint+"/ping", nil)
+		for k, v := range headers {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if st := get(ep.Headers); st != http.StatusOK {
+		t.Errorf("GET /ping with the signed headers: %d", st)
+	}
+	if st := get(nil); st != http.StatusUnauthorized {
+		t.Errorf("GET /ping without them: %d, want 401", st)
+	}
+	if _, err := sb.SignedEndpoint(ctx, hybox.ExecdPort, time.Now().Add(-time.Minute)); !errors.Is(err, hybox.ErrInvalid) {
+		t.Errorf("an expiry in the past: %v, want ErrInvalid", err)
+	}
+}

@@ -325,6 +325,20 @@ func (s *Sandbox) Endpoint(ctx context.Context, port int) (api.Endpoint, error) 
 	return ep, err
 }
 
+// SignedEndpoint returns an endpoint of a port whose headers carry a route
+// token valid until expires: whoever holds it reaches the port without the
+// API key (to hand a sandbox's web server to a browser or another
+// program). The token cannot outlive the sandbox's own expiry.
+//
+// # Errors
+// Those of Endpoint; ErrInvalid for a time in the past.
+func (s *Sandbox) SignedEndpoint(ctx context.Context, port int, expires time.Time) (api.Endpoint, error) {
+	var ep api.Endpoint
+	q := url.Values{"expires": {strconv.FormatInt(expires.Unix(), 10)}}
+	err := s.c.tr.call(ctx, request{method: http.MethodGet, path: s.path("/endpoints/" + strconv.Itoa(port)), query: q}, &ep)
+	return ep, err
+}
+
 // URL returns the http(s) URL of a port of the sandbox and the headers to
 // send with every request to it (for a web server the sandbox runs).
 //

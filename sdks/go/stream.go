@@ -1,6 +1,8 @@
 package hybox
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"iter"
@@ -29,7 +31,12 @@ func events(body io.ReadCloser) iter.Seq2[api.Event, error] {
 			return true
 		})
 		if err != nil && !stopped {
-			yield(api.Event{}, fmt.Errorf("%w: %w", ErrMalformedEvent, err))
+			var se *json.SyntaxError
+			var te *json.UnmarshalTypeError
+			if errors.As(err, &se) || errors.As(err, &te) {
+				err = fmt.Errorf("%w: %w", ErrMalformedEvent, err)
+			}
+			yield(api.Event{}, err)
 		}
 	}
 }

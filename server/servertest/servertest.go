@@ -10,15 +10,21 @@ import (
 	"io"
 	"log/slog"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/hybox-dev/hybox/internal/apitest"
 	"github.com/hybox-dev/hybox/internal/testenv"
 	"github.com/hybox-dev/hybox/runtimes"
 	"github.com/hybox-dev/hybox/runtimes/wasm"
+	"github.com/hybox-dev/hybox/sdks"
 	"github.com/hybox-dev/hybox/server"
 	"github.com/hybox-dev/hybox/vault"
 )
+
+// loadSpec parses the protocol document once per test binary.
+var loadSpec = sync.OnceValues(func() (*apitest.Spec, error) { return apitest.Load(sdks.OpenAPI) })
 
 // APIKey is the API key every Server requires.
 const APIKey = "servertest-key-0123456789"
@@ -56,7 +62,17 @@ func New(tb testing.TB) *Server {
 		_ = stop()
 		tb.Fatalf("servertest: server: %v", err)
 	}
-	ts := httptest.NewServer(srv.Handler())
+	handler := srv.Handler()
+	if t, ok := tb.(*testing.T); ok {
+		spec, err := loadSpec()
+		if err != nil {
+			t.Fatalf("servertest: protocol document: %v", err)
+		}
+		// Registered before the cleanup below, so it runs after the
+		// server has stopped (cleanups run last-in first-out).
+		handler = apitest.Check(t, spec, handler)
+	}
+	ts := httptest.NewServer(handler)
 	tb.Cleanup(func() {
 		ts.Close()
 		_ = srv.Close(context.Background())

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"strconv"
 )
 
@@ -36,4 +37,48 @@ func (m *Mode) UnmarshalJSON(b []byte) error {
 	}
 	*m = Mode(n)
 	return nil
+}
+
+// ModeOf returns the wire form of m's permission bits, setuid, setgid and
+// sticky included: 0o4755 becomes 4755.
+func ModeOf(m fs.FileMode) Mode {
+	v := uint64(m.Perm())
+	if m&fs.ModeSetuid != 0 {
+		v |= 0o4000
+	}
+	if m&fs.ModeSetgid != 0 {
+		v |= 0o2000
+	}
+	if m&fs.ModeSticky != 0 {
+		v |= 0o1000
+	}
+	n, _ := strconv.Atoi(strconv.FormatUint(v, 8))
+	return Mode(n)
+}
+
+// FileMode converts m to an fs.FileMode with the setuid, setgid and sticky
+// bits. A zero m is the zero FileMode (the API's "not given").
+//
+// # Errors
+// When m is negative, has a digit above 7, or exceeds 7777; the message
+// names the value.
+func (m Mode) FileMode() (fs.FileMode, error) {
+	if m == 0 {
+		return 0, nil
+	}
+	v, err := strconv.ParseUint(strconv.Itoa(int(m)), 8, 32)
+	if err != nil || m < 0 || v > 0o7777 {
+		return 0, fmt.Errorf("mode %d is not an octal permission like 644 or 755", int(m))
+	}
+	mode := fs.FileMode(v & 0o777)
+	if v&0o4000 != 0 {
+		mode |= fs.ModeSetuid
+	}
+	if v&0o2000 != 0 {
+		mode |= fs.ModeSetgid
+	}
+	if v&0o1000 != 0 {
+		mode |= fs.ModeSticky
+	}
+	return mode, nil
 }

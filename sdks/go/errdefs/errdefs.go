@@ -311,7 +311,7 @@ func FromResponse(status int, body *api.Error, requestID, retryAfter string) err
 		e.Message = http.StatusText(status)
 	}
 	if _, ok := codes[e.Code]; !ok {
-		e.cause = statusKind(status)
+		e.cause = StatusKind(status)
 	}
 	if retryAfter != "" {
 		if s, err := strconv.Atoi(retryAfter); err == nil && s >= 0 {
@@ -323,17 +323,46 @@ func FromResponse(status int, body *api.Error, requestID, retryAfter string) err
 	return e
 }
 
-// statusKind is the kind of a status whose code is unknown.
-func statusKind(status int) error {
+// StatusKind is the kind of an answer whose code is not in the table
+// (another server, a proxy in between), from its status alone: 422 is
+// ErrInvalid, 501 ErrNotSupported, 408 ErrTimeout, any other status the kind
+// that has it; an unknown 5xx is ErrInternal, an unknown 4xx ErrInvalid, and
+// anything else nil.
+func StatusKind(status int) error {
+	switch status {
+	case http.StatusUnprocessableEntity:
+		return ErrInvalid
+	case http.StatusNotImplemented:
+		return ErrNotSupported
+	case http.StatusRequestTimeout:
+		return ErrTimeout
+	}
 	for _, k := range kindOrder {
 		if kindStatus[k] == status && k != ErrNotSupported {
 			return k
 		}
 	}
-	if status >= 500 {
+	switch {
+	case status >= 500 && status <= 599:
 		return ErrInternal
+	case status >= 400 && status <= 499:
+		return ErrInvalid
 	}
-	return ErrInvalid
+	return nil
+}
+
+// RetryAfter is how long a client should wait before sending a request
+// that failed with err again: the *Error's RetryAfter, else one second for
+// a rate-limited answer, else 0 (no Retry-After header).
+func RetryAfter(err error) time.Duration {
+	var e *Error
+	if errors.As(err, &e) && e.RetryAfter > 0 {
+		return e.RetryAfter
+	}
+	if errors.Is(err, ErrRateLimited) {
+		return time.Second
+	}
+	return 0
 }
 
 // Retryable reports whether a request that failed with err may be sent
@@ -351,6 +380,9 @@ func Write(w http.ResponseWriter, err error) {
 	status, body := HTTP(err)
 	b, _ := json.Marshal(body)
 	h := w.Header()
+	if d := RetryAfter(err); d > 0 {
+		h.Set("Retry-After", strconv.Itoa(int((d+time.Second-1)/time.Second)))
+	}
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Del("Content-Length")

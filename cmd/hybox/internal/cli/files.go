@@ -76,27 +76,18 @@ func (a *app) newPutCmd() *cobra.Command {
 
 // fromOctal turns permission bits such as 0o4755 into an fs.FileMode.
 func fromOctal(m uint64) fs.FileMode {
-	mode := fs.FileMode(m) & fs.ModePerm
-	if m&0o4000 != 0 {
-		mode |= fs.ModeSetuid
-	}
-	if m&0o2000 != 0 {
-		mode |= fs.ModeSetgid
-	}
-	if m&0o1000 != 0 {
-		mode |= fs.ModeSticky
-	}
+	mode, _ := api.Mode(api.ModeOf(fs.FileMode(m&0o777)) + api.Mode(m>>9&7*1000)).FileMode()
 	return mode
 }
 
 // fromOctalDigits reads a mode in the wire form, octal digits written as
 // a decimal number (755 is 0o755).
 func fromOctalDigits(n int) fs.FileMode {
-	m, err := strconv.ParseUint(strconv.Itoa(n), 8, 32)
+	m, err := api.Mode(n).FileMode()
 	if err != nil {
 		return 0
 	}
-	return fs.FileMode(m) & fs.ModePerm
+	return m & fs.ModePerm
 }
 
 func (a *app) newGetFileCmd() *cobra.Command {
