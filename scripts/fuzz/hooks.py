@@ -51,6 +51,9 @@ ACCEPTED = [
     # described in prose, not as a pattern.
     (("ST202",), r"^[A-Z]+ /(run|sandboxes|policy)$", 400, "INVALID_REQUEST",
      r"(egress|rules)\[\d+\]\.target .*: "),
+    # A cross-field rule described in prose: a credential proxy needs a
+    # network policy that allows the binding hosts.
+    (("ST202",), r"^POST /sandboxes$", 400, "INVALID_REQUEST", r"^credentialProxy needs a networkPolicy"),
     # Quantities ("512Mi", "500m") are described in prose.
     (("ST202",), r"^POST /sandboxes$", 400, "INVALID_REQUEST",
      r"^resourceLimits\.(memory|cpu): .* is (not a positive (CPU )?quantity|too large)"),
