@@ -7,7 +7,7 @@ IMAGE_ARCHIVE ?= /var/cache/hybox/python-3-bookworm.oci.tar
 GVISOR_CACHE ?= /var/cache/hybox/gvisor
 # What `make gvisor` built: the directory holding runsc and its shim ("" = the build failed).
 GVISOR_DIR_FILE := $(CURDIR)/build/gvisor-dir
-# The test containerd (internal/ocienv); HYBOX_TEST_DATA_DIR gives a run its own.
+# The test containerd (runtimes/oci/ocitest); HYBOX_TEST_DATA_DIR gives a run its own.
 TEST_DATA_DIR = $(or $(HYBOX_TEST_DATA_DIR),/var/lib/hybox-test)
 CONTAINERD_SOCK = $(DATA_DIR)/containerd/containerd.sock
 IS_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo yes)
@@ -18,7 +18,7 @@ API_KEY_FILE ?= $(CURDIR)/build/api-key
 VAULT_KEY_FILE ?= $(CURDIR)/build/vault-key
 export HYBOX_GUEST_DIR := $(GUEST_DIR)
 
-.PHONY: all build guests run stop test test-unit test-sdk test-e2e test-fuzz bench check generate fmt vet clean deps containers-deps gvisor containerd containerd-stop image
+.PHONY: all build guests run stop test test-unit test-sdk test-sdk-js test-sdk-parity test-e2e test-fuzz bench bench-sdk-js check generate fmt vet clean deps containers-deps gvisor containerd containerd-stop image sdk-js-deps
 
 all: build
 
@@ -92,7 +92,7 @@ run: build $(API_KEY_FILE) $(VAULT_KEY_FILE) $(RUN_DEPS)
 		./scripts/containers/containerd.sh stop $(DATA_DIR); \
 	fi; exit $$rc
 
-test: test-unit test-sdk test-e2e test-fuzz
+test: test-unit test-sdk test-sdk-js test-sdk-parity test-e2e test-fuzz
 
 ifeq ($(IS_ROOT),yes)
 TEST_DEPS := containers-deps gvisor
@@ -103,6 +103,7 @@ endif
 test-unit: guests check $(TEST_DEPS)
 	@if [ "$(IS_ROOT)" = yes ] && ! ./scripts/containers/containerd.sh status $(TEST_DATA_DIR) >/dev/null 2>&1; then \
 		started=yes; fi; \
+	echo "make: $(GO) test -race -timeout 20m ./..."; \
 	$(GO) test -race -timeout 20m ./...; rc=$$?; \
 	if [ "$$started" = yes ]; then \
 		echo "make: stopping the test containerd under $(TEST_DATA_DIR) (this run started it)"; \
@@ -135,20 +136,45 @@ test-e2e: build
 test-fuzz: build
 	@./scripts/fuzz-api.sh
 
-bench: build
+bench: build bench-sdk-js
 	@./scripts/bench.sh
+
+# The TypeScript SDK (sdks/js): its pinned tools and dependencies (npm ci),
+# its suite (npm pack, install the tarball into build/js-sdk/install, run the
+# tests there against real `hybox serve` processes) and its benchmark.
+# Container tests run when a containerd socket is up ($(CONTAINERD_SOCK)).
+SDK_JS := sdks/js
+SDK_JS_CONTAINERD = $(shell [ -S $(CONTAINERD_SOCK) ] && echo $(CONTAINERD_SOCK))
+
+sdk-js-deps: $(SDK_JS)/node_modules/.package-lock.json
+
+$(SDK_JS)/node_modules/.package-lock.json: $(SDK_JS)/package.json $(SDK_JS)/package-lock.json
+	cd $(SDK_JS) && npm ci --no-audit --no-fund --prefer-offline
+
+test-sdk-js: build sdk-js-deps
+	HYBOX_BIN=$(CURDIR)/$(BIN) HYBOX_SDK_CONTAINERD=$(SDK_JS_CONTAINERD) node $(SDK_JS)/scripts/test-package.mjs
+
+# The parity table of docs/sdks.md against the SDKs' public surfaces.
+test-sdk-parity: sdk-js-deps
+	cd $(SDK_JS) && npm run --silent build && node scripts/parity.mjs
+
+bench-sdk-js: build sdk-js-deps
+	cd $(SDK_JS) && npm run --silent build && HYBOX_BIN=$(CURDIR)/$(BIN) HYBOX_SDK_CONTAINERD=$(SDK_JS_CONTAINERD) node bench/bench.mjs
 
 # The wire types are generated from the protocol document by oapi-codegen,
 # run with `go run` at the version pinned in sdks/go/api/doc.go.
-generate:
-	@echo "generate: sdks/go/api/api.gen.go from sdks/openapi.yaml"
+generate: sdk-js-deps
+	@echo "generate: sdks/go/api/api.gen.go and sdks/js/src/schema.gen.ts from sdks/openapi.yaml"
 	cd sdks/go && $(GO) generate ./api
+	cd $(SDK_JS) && npm run --silent generate
 
 # check: formatting, vet, and generated code in step with the document.
 check: vet generate
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1)
 	@git diff --quiet -- sdks/go/api || (git diff --stat -- sdks/go/api; echo "sdks/go/api is stale: run make generate and commit it"; exit 1)
 	cd sdks/go && $(GO) vet ./...
+	@git diff --quiet -- $(SDK_JS)/src/schema.gen.ts || (git diff --stat -- $(SDK_JS)/src/schema.gen.ts; echo "$(SDK_JS)/src/schema.gen.ts is stale: run make generate and commit it"; exit 1)
+	cd $(SDK_JS) && npx --no-install tsc -p tsconfig.json --noEmit
 
 # wasmfs implements wazero's File interface, whose Seek signature trips
 # vet's stdmethods check; that one check is off for that one package.

@@ -100,10 +100,10 @@ type Session interface {
 // Metrics is the body of GET /metrics (the wire type Metrics).
 type Metrics = api.Metrics
 
-// Backend is what a sandbox provides to the execd API. The wasm backend
+// Executor is what a sandbox provides to the execd API. The wasm backend
 // implements it with wazero and a shell interpreter; hybox-execd with OS
 // processes.
-type Backend interface {
+type Executor interface {
 	// Root is the sandbox's filesystem, the only one the files API touches.
 	// Guest path "/" is the root of this os.Root.
 	Root() *os.Root

@@ -77,7 +77,7 @@ func (m *codeManager) supports(language string) bool {
 	if language == "bash" {
 		return true
 	}
-	for _, l := range m.h.opts.Backend.Languages() {
+	for _, l := range m.h.opts.Executor.Languages() {
 		if l == language {
 			return true
 		}
@@ -86,7 +86,7 @@ func (m *codeManager) supports(language string) bool {
 }
 
 func (m *codeManager) unknownLanguage(raw string) error {
-	langs := append([]string{}, m.h.opts.Backend.Languages()...)
+	langs := append([]string{}, m.h.opts.Executor.Languages()...)
 	langs = append(langs, "bash")
 	return fmt.Errorf("%w: %q is not available in this sandbox (available: %s)", ErrUnknownLanguage, raw, strings.Join(langs, ", "))
 }
@@ -109,7 +109,7 @@ func (m *codeManager) newContext(ctx context.Context, rawLang, cwd string) (*cod
 	}
 	c := &codeContext{id: newID(), language: lang, cwd: cwd}
 	if lang != "bash" {
-		it, err := m.h.opts.Backend.NewInterpreter(ctx, lang, cwd)
+		it, err := m.h.opts.Executor.NewInterpreter(ctx, lang, cwd)
 		if err != nil {
 			return nil, err
 		}
@@ -350,7 +350,7 @@ func (m *codeManager) execute(ctx context.Context, c *codeContext, code string, 
 		c.mu.Unlock()
 		// Starting an interpreter is not part of the execution's time
 		// budget: only the client going away cancels it.
-		it, err = m.h.opts.Backend.NewInterpreter(ctx, c.language, c.cwd)
+		it, err = m.h.opts.Executor.NewInterpreter(ctx, c.language, c.cwd)
 		if err != nil {
 			return err
 		}

@@ -147,7 +147,7 @@ func (m *commandManager) foreground(ctx context.Context, req commandRequest, tim
 	b := &budget{limit: m.h.opts.OutputLimitBytes}
 	b.onLimit = func() { cancel(fmt.Errorf("%w: more than %d bytes", ErrOutputLimit, b.limit)) }
 
-	proc, err := m.h.opts.Backend.StartCommand(ctx, ProcessSpec{
+	proc, err := m.h.opts.Executor.StartCommand(ctx, ProcessSpec{
 		Command: req.Command, Cwd: req.Cwd, Env: req.Envs, UID: req.UID, GID: req.GID,
 		Stdout: b.capped(multiWriter(stdout, c.logs)), Stderr: b.capped(multiWriter(stderr, c.logs)),
 	})
@@ -214,7 +214,7 @@ func (m *commandManager) background(w http.ResponseWriter, r *http.Request, req 
 	ctx, cancel := context.WithCancelCause(ctx)
 	c := &command{id: newID(), content: req.Command, started: time.Now(), running: true, cancel: cancel,
 		logs: newLogBuffer(m.h.opts.LogLimitBytes)}
-	proc, err := m.h.opts.Backend.StartCommand(ctx, ProcessSpec{
+	proc, err := m.h.opts.Executor.StartCommand(ctx, ProcessSpec{
 		Command: req.Command, Cwd: req.Cwd, Env: req.Envs, UID: req.UID, GID: req.GID,
 		Stdout: c.logs, Stderr: c.logs,
 	})

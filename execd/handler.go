@@ -1,5 +1,5 @@
 // Package execd implements the execd API of the OpenSandbox protocol
-// (commands, code contexts, files, metrics) once, over a Backend that runs
+// (commands, code contexts, files, metrics) once, over an Executor that runs
 // things: wasm guests inside the hybox server, or OS processes inside a
 // container (hybox-execd). It uses the standard library only, so that it can
 // be compiled into a small static in-sandbox daemon.
@@ -21,8 +21,8 @@ import (
 
 // Options configures a Handler.
 type Options struct {
-	// Backend runs code and commands. Required.
-	Backend Backend
+	// Executor runs code and commands. Required.
+	Executor Executor
 	// AccessToken, when set, is required in X-EXECD-ACCESS-TOKEN.
 	AccessToken string
 	// Limiter bounds executions running at once; usually one per server,
@@ -56,10 +56,10 @@ type Options struct {
 // Validate fills defaults and checks required fields.
 //
 // # Errors
-// When Backend is nil.
+// When Executor is nil.
 func (o *Options) Validate() error {
-	if o.Backend == nil {
-		return errors.New("execd: Backend is required")
+	if o.Executor == nil {
+		return errors.New("execd: Executor is required")
 	}
 	if o.ExecTimeout <= 0 {
 		o.ExecTimeout = 10 * time.Minute
@@ -167,7 +167,7 @@ func (h *Handler) routes() {
 	m.HandleFunc("POST /pty", ptys.orElse(ptys.create, notSupported("PTY sessions are not available in this sandbox; create the sandbox with extensions {\"hybox.io/runtime\":\"runc\"} for a terminal")))
 	m.HandleFunc("/pty/", ptys.orElse(ptys.route, notSupported("PTY sessions are not available in this sandbox")))
 
-	RegisterFiles(m, h.opts.Backend.Root, h.opts.Files)
+	RegisterFiles(m, h.opts.Executor.Root, h.opts.Files)
 }
 
 // ServeHTTP checks the access token and dispatches.
@@ -278,7 +278,7 @@ func (h *Handler) execTimeout(ms int64) time.Duration {
 }
 
 func (h *Handler) metrics(w http.ResponseWriter, r *http.Request) {
-	m, err := h.opts.Backend.Metrics(r.Context())
+	m, err := h.opts.Executor.Metrics(r.Context())
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -294,7 +294,7 @@ func (h *Handler) metricsWatch(w http.ResponseWriter, r *http.Request) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
-		m, err := h.opts.Backend.Metrics(r.Context())
+		m, err := h.opts.Executor.Metrics(r.Context())
 		if err != nil {
 			return
 		}

@@ -14,10 +14,10 @@ import (
 	"github.com/hybox-dev/hybox/sdks/go/api"
 )
 
-// PTYBackend is implemented by backends that can run interactive
+// PTYExecutor is implemented by backends that can run interactive
 // terminals. The handler serves POST /pty and GET /pty/{id}/ws when its
-// Backend implements it, and answers NOT_SUPPORTED otherwise.
-type PTYBackend interface {
+// Executor implements it, and answers NOT_SUPPORTED otherwise.
+type PTYExecutor interface {
 	// StartPTY starts spec on a new pseudo-terminal. ctx bounds the start
 	// only; the terminal lives until it exits or is closed.
 	//
@@ -116,7 +116,7 @@ func newPTYManager(h *Handler) *ptyManager {
 
 // orElse serves with f when the backend has terminals, else with fallback.
 func (m *ptyManager) orElse(f, fallback http.HandlerFunc) http.HandlerFunc {
-	if _, ok := m.h.opts.Backend.(PTYBackend); ok {
+	if _, ok := m.h.opts.Executor.(PTYExecutor); ok {
 		return f
 	}
 	return fallback
@@ -158,7 +158,7 @@ func (m *ptyManager) create(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, fmt.Errorf("%w: this sandbox already has %d terminals; delete one first", ErrOverloaded, n))
 		return
 	}
-	t, err := m.h.opts.Backend.(PTYBackend).StartPTY(r.Context(), PTYSpec{Command: req.Command, Cwd: req.Cwd, Env: env, Cols: req.Cols, Rows: req.Rows})
+	t, err := m.h.opts.Executor.(PTYExecutor).StartPTY(r.Context(), PTYSpec{Command: req.Command, Cwd: req.Cwd, Env: env, Cols: req.Cols, Rows: req.Rows})
 	if err != nil {
 		writeErr(w, err)
 		return

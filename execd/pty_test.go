@@ -140,7 +140,7 @@ func newPTYServer(t *testing.T) *httptest.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := execd.New(execd.Options{Backend: b})
+	h, err := execd.New(execd.Options{Executor: b})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +265,7 @@ func TestPTYCloseLeavesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	h, err := execd.New(execd.Options{Backend: b})
+	h, err := execd.New(execd.Options{Executor: b})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,7 +47,7 @@ func (m *sessionManager) create(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, fmt.Errorf("%w: this sandbox already has %d sessions; delete one first", ErrOverloaded, n))
 		return
 	}
-	sess, err := m.h.opts.Backend.NewSession(r.Context(), req.Cwd, env)
+	sess, err := m.h.opts.Executor.NewSession(r.Context(), req.Cwd, env)
 	if err != nil {
 		writeErr(w, err)
 		return

@@ -1,5 +1,5 @@
 // Package runtimes declares what a sandbox backend provides (the Runtime
-// and Sandbox interfaces), the shared sentinel errors, and the Router that
+// and Sandbox interfaces), the shared sentinel errors, and the Selector that
 // picks a backend for a create request.
 package runtimes
 

@@ -15,8 +15,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/hybox-dev/hybox/internal/egresstest"
-	"github.com/hybox-dev/hybox/internal/ocienv"
+	"github.com/hybox-dev/hybox/policy/egress/egresstest"
+	"github.com/hybox-dev/hybox/runtimes/oci/ocitest"
 	"github.com/hybox-dev/hybox/vault"
 )
 
@@ -83,7 +83,7 @@ func BenchmarkEgressHTTPS(b *testing.B) {
 	up := egresstest.Start(b)
 	h := newBenchHarness(b, up)
 	mk := func(body map[string]any) string {
-		body["image"] = map[string]string{"uri": ocienv.ImageName}
+		body["image"] = map[string]string{"uri": ocitest.ImageName}
 		body["extensions"] = map[string]string{"hybox.io/runtime": "runc"}
 		body["entrypoint"] = []string{"sleep", "infinity"}
 		sb := h.create(body)

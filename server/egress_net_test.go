@@ -16,8 +16,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hybox-dev/hybox/internal/egresstest"
-	"github.com/hybox-dev/hybox/internal/ocienv"
+	"github.com/hybox-dev/hybox/policy/egress/egresstest"
+	"github.com/hybox-dev/hybox/runtimes/oci/ocitest"
 	"github.com/hybox-dev/hybox/sdks/go/api"
 )
 
@@ -187,7 +187,7 @@ func TestEgressContainers(t *testing.T) {
 	for _, runtime := range []string{"runc", "runsc"} {
 		t.Run(runtime, func(t *testing.T) {
 			sb := h.create(map[string]any{
-				"image":           map[string]string{"uri": ocienv.ImageName},
+				"image":           map[string]string{"uri": ocitest.ImageName},
 				"extensions":      map[string]string{"hybox.io/runtime": runtime},
 				"entrypoint":      []string{"sleep", "infinity"},
 				"networkPolicy":   egressPolicy(),
@@ -289,7 +289,7 @@ func TestEgressContainers(t *testing.T) {
 	// A server restart re-opens every sandbox's DNS and credential proxy;
 	// the policy and the vault are still enforced.
 	sb := h.create(map[string]any{
-		"image":           map[string]string{"uri": ocienv.ImageName},
+		"image":           map[string]string{"uri": ocitest.ImageName},
 		"extensions":      map[string]string{"hybox.io/runtime": "runc"},
 		"entrypoint":      []string{"sleep", "infinity"},
 		"networkPolicy":   egressPolicy(),
@@ -506,7 +506,7 @@ func TestEgressDefaultAllowBlocksDeniedNames(t *testing.T) {
 	}
 
 	sb := h.create(map[string]any{
-		"image":         map[string]string{"uri": ocienv.ImageName},
+		"image":         map[string]string{"uri": ocitest.ImageName},
 		"extensions":    map[string]string{"hybox.io/runtime": "runc"},
 		"entrypoint":    []string{"sleep", "infinity"},
 		"networkPolicy": allowAll,
@@ -641,7 +641,7 @@ func TestEgressNoLeaks(t *testing.T) {
 				{"action": "deny", "target": egresstest.DeniedName}, {"action": "allow", "target": egresstest.BoundName}}}
 		}
 		sb := h.create(map[string]any{
-			"image":           map[string]string{"uri": ocienv.ImageName},
+			"image":           map[string]string{"uri": ocitest.ImageName},
 			"extensions":      map[string]string{"hybox.io/runtime": "runc"},
 			"entrypoint":      []string{"sleep", "infinity"},
 			"networkPolicy":   pol,

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hybox-dev/hybox/internal/ocienv"
+	"github.com/hybox-dev/hybox/runtimes/oci/ocitest"
 )
 
 // What a workload does first, under gVisor and (as the reference) runc:
@@ -20,7 +20,7 @@ func TestContainerWorkloadBasics(t *testing.T) {
 	for _, runtime := range []string{"runc", "runsc"} {
 		t.Run(runtime, func(t *testing.T) {
 			sb := h.create(map[string]any{
-				"image":      map[string]string{"uri": ocienv.ImageName},
+				"image":      map[string]string{"uri": ocitest.ImageName},
 				"extensions": map[string]string{"hybox.io/runtime": runtime},
 				"entrypoint": []string{"sleep", "infinity"},
 			})

@@ -18,14 +18,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybox-dev/hybox/execd"
-	"github.com/hybox-dev/hybox/internal/apitest"
-	"github.com/hybox-dev/hybox/internal/egresstest"
-	"github.com/hybox-dev/hybox/internal/ocienv"
-	"github.com/hybox-dev/hybox/internal/testenv"
 	"github.com/hybox-dev/hybox/policy/egress"
+	"github.com/hybox-dev/hybox/policy/egress/egresstest"
 	"github.com/hybox-dev/hybox/runtimes"
 	"github.com/hybox-dev/hybox/runtimes/oci"
+	"github.com/hybox-dev/hybox/runtimes/oci/ocitest"
 	"github.com/hybox-dev/hybox/runtimes/wasm"
+	"github.com/hybox-dev/hybox/runtimes/wasm/wasmtest"
+	"github.com/hybox-dev/hybox/sdks/apitest"
 	"github.com/hybox-dev/hybox/sdks/go/api"
 	"github.com/hybox-dev/hybox/vault"
 )
@@ -74,7 +74,7 @@ func newHarness(t testing.TB, dataDir string, ho harnessOpts) *harness {
 	}
 	ctx := context.Background()
 	eo := execd.Options{ExecTimeout: ho.execTimeout, OutputLimitBytes: ho.outputLimit, Limiter: ho.limiter}
-	rt, stop, err := wasm.Setup(ctx, wasm.SetupOptions{Engine: testenv.Engine(t), PythonPool: 2,
+	rt, stop, err := wasm.Setup(ctx, wasm.SetupOptions{Engine: wasmtest.Engine(t), PythonPool: 2,
 		DefaultMemoryBytes: ho.memory, OutputLimitBytes: ho.outputLimit, Exec: eo})
 	require.NoError(t, err)
 	rts := []runtimes.Runtime{rt}
@@ -83,17 +83,17 @@ func newHarness(t testing.TB, dataDir string, ho harnessOpts) *harness {
 		// Its own containerd namespace: the server sweeps sandboxes it has
 		// no record of, which must not touch other test packages' ones.
 		const ns = "hybox-test-server"
-		sock := ocienv.Containerd(t)
-		ocienv.ImageIn(t, sock, ns)
+		sock := ocitest.Containerd(t)
+		ocitest.ImageIn(t, sock, ns)
 		b, err := oci.New(ctx, oci.Options{Address: sock, Namespace: ns,
-			ExecdBinary: ocienv.ExecdBinary(t), RunscBinary: ocienv.Runsc().Binary, RunscPlatform: ocienv.GVisor(t).Platform,
+			ExecdBinary: ocitest.ExecdBinary(t), RunscBinary: ocitest.Runsc().Binary, RunscPlatform: ocitest.GVisor(t).Platform,
 			CNIPluginDir: "/usr/lib/cni", StateDir: filepath.Join(dataDir, "oci")})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = b.Close() })
 		rts = append(rts, b.Runtimes()...)
 		images = b
 	}
-	router, err := runtimes.NewRouter(rts, runtimes.BuiltinImageRules, "")
+	router, err := runtimes.NewSelector(rts, runtimes.BuiltinImageRules, "")
 	require.NoError(t, err)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var eg *egress.Manager
@@ -101,7 +101,7 @@ func newHarness(t testing.TB, dataDir string, ho harnessOpts) *harness {
 		eg, err = egress.NewManager(egress.Options{DNSUpstreams: []string{ho.upstream.DNSAddr}, RootCAs: ho.upstream.Roots, Logger: log})
 		require.NoError(t, err)
 	}
-	srv, err := New(ctx, Options{DataDir: dataDir, APIKey: testKey, Router: router, ReapInterval: time.Hour,
+	srv, err := New(ctx, Options{DataDir: dataDir, APIKey: testKey, Runtimes: router, ReapInterval: time.Hour,
 		Images: images, IngressDomain: ho.ingressDomain, Egress: eg, VaultKey: ho.vaultKey,
 		Logger: log})
 	require.NoError(t, err)

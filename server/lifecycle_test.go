@@ -54,10 +54,10 @@ func TestAuth(t *testing.T) {
 }
 
 func TestRefusesToStartWithoutKey(t *testing.T) {
-	o := Options{DataDir: t.TempDir(), Router: nil}
+	o := Options{DataDir: t.TempDir(), Runtimes: nil}
 	require.Error(t, o.Validate())
-	o = Options{DataDir: t.TempDir(), Router: nil, Insecure: true}
-	require.ErrorContains(t, o.Validate(), "Router")
+	o = Options{DataDir: t.TempDir(), Runtimes: nil, Insecure: true}
+	require.ErrorContains(t, o.Validate(), "Runtimes")
 }
 
 func TestCreateValidation(t *testing.T) {

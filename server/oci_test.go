@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hybox-dev/hybox/internal/ocienv"
+	"github.com/hybox-dev/hybox/runtimes/oci/ocitest"
 	"github.com/hybox-dev/hybox/sdks/go/api"
 )
 
@@ -24,7 +24,7 @@ func TestContainerSandboxesThroughAPI(t *testing.T) {
 	for _, runtime := range []string{"runc", "runsc"} {
 		t.Run(runtime, func(t *testing.T) {
 			sb := h.create(map[string]any{
-				"image":          map[string]string{"uri": ocienv.ImageName},
+				"image":          map[string]string{"uri": ocitest.ImageName},
 				"extensions":     map[string]string{"hybox.io/runtime": runtime},
 				"entrypoint":     []string{"sleep", "infinity"},
 				"env":            map[string]string{"GREETING": "hello"},

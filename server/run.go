@@ -50,7 +50,7 @@ func (s *Server) runOneShot(c *gin.Context) {
 		s.abortErr(c, err)
 		return
 	}
-	rt, ok := s.opts.Router.Get(s.opts.OneShotRuntime)
+	rt, ok := s.opts.Runtimes.Get(s.opts.OneShotRuntime)
 	if !ok {
 		s.abortErr(c, errdefs.New(api.ErrorCodeUNAVAILABLE, "the one-shot runtime %q is not available on this server", s.opts.OneShotRuntime))
 		return

@@ -82,7 +82,7 @@ func (s *Server) createSandbox(c *gin.Context) {
 	if a := req.Image.Auth; a.Username != "" || a.Password != "" {
 		spec.ImageAuth = &runtimes.RegistryAuth{Username: a.Username, Password: a.Password}
 	}
-	rt, err := s.opts.Router.Select(spec)
+	rt, err := s.opts.Runtimes.Select(spec)
 	if err != nil {
 		s.abortErr(c, err)
 		return

@@ -37,8 +37,8 @@ type Options struct {
 	APIKey string
 	// Insecure serves without authentication. It must be chosen explicitly.
 	Insecure bool
-	// Router picks a runtime for each sandbox. Required.
-	Router *runtimes.Router
+	// Runtimes picks a runtime for each sandbox. Required.
+	Runtimes *runtimes.Selector
 	// PublicHost is the host[:port] put into endpoints; "" = the request's Host.
 	PublicHost string
 	// ReapInterval is how often expired sandboxes are looked for (default 5 s).
@@ -69,13 +69,13 @@ type Options struct {
 // Validate fills defaults and checks required fields.
 //
 // # Errors
-// When DataDir or Router is missing, or no API key is set without Insecure.
+// When DataDir or Runtimes is missing, or no API key is set without Insecure.
 func (o *Options) Validate() error {
 	if o.DataDir == "" {
 		return errors.New("server: DataDir is required")
 	}
-	if o.Router == nil {
-		return errors.New("server: Router is required")
+	if o.Runtimes == nil {
+		return errors.New("server: Runtimes is required")
 	}
 	if o.APIKey == "" && !o.Insecure {
 		return errors.New("server: an API key is required (set --api-key, HYBOX_API_KEY or api_key in the config), or start explicitly with --insecure")
@@ -245,7 +245,7 @@ func (s *Server) recover(ctx context.Context) error {
 		if r.State == StateFailed || r.State == StateTerminated {
 			continue
 		}
-		rt, ok := s.opts.Router.Get(r.Runtime)
+		rt, ok := s.opts.Runtimes.Get(r.Runtime)
 		if !ok {
 			s.setState(r, StateFailed, "RuntimeUnavailable", fmt.Sprintf("runtime %q is not available on this server", r.Runtime))
 			continue
@@ -326,8 +326,8 @@ func (s *Server) sweep(ctx context.Context, recs []*Record) {
 		known[r.ID] = true
 	}
 	done := map[runtimes.Sweeper]bool{}
-	for _, name := range s.opts.Router.Names() {
-		rt, _ := s.opts.Router.Get(name)
+	for _, name := range s.opts.Runtimes.Names() {
+		rt, _ := s.opts.Runtimes.Get(name)
 		sw, ok := rt.(runtimes.Sweeper)
 		if !ok || done[sw] {
 			continue
@@ -389,7 +389,7 @@ func (s *Server) destroy(ctx context.Context, r *Record) error {
 		_ = eg.Close()
 	}
 	var errs []error
-	if rt, ok := s.opts.Router.Get(r.Runtime); ok {
+	if rt, ok := s.opts.Runtimes.Get(r.Runtime); ok {
 		if err := rt.Destroy(ctx, s.spec(r)); err != nil {
 			errs = append(errs, err)
 		}

@@ -144,7 +144,7 @@ func serve(cfg config, log *slog.Logger) error {
 		return err
 	}
 	defer backend.Close()
-	handler, err := execd.New(execd.Options{Backend: backend, AccessToken: token, Logger: log})
+	handler, err := execd.New(execd.Options{Executor: backend, AccessToken: token, Logger: log})
 	if err != nil {
 		return err
 	}

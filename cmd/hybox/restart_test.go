@@ -18,8 +18,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hybox-dev/hybox/internal/ocienv"
-	"github.com/hybox-dev/hybox/internal/testenv"
+	"github.com/hybox-dev/hybox/runtimes/oci/ocitest"
+	"github.com/hybox-dev/hybox/runtimes/wasm/wasmtest"
 )
 
 // buildHybox compiles the real binary once per test.
@@ -65,7 +65,7 @@ func (b *lockedBuffer) String() string {
 
 func startServe(t *testing.T, bin, addr, dataDir string, extra ...string) *proc {
 	t.Helper()
-	args := append([]string{"serve", "--addr", addr, "--data-dir", dataDir, "--api-key", "k", "--guest-dir", testenv.GuestDir(t)}, extra...)
+	args := append([]string{"serve", "--addr", addr, "--data-dir", dataDir, "--api-key", "k", "--guest-dir", wasmtest.GuestDir(t)}, extra...)
 	cmd := exec.Command(bin, args...)
 	log := &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = log, log
@@ -177,41 +177,52 @@ func TestLoadConfigPrecedence(t *testing.T) {
 }
 
 // TestKill9RestartContainers: containers keep running under containerd's
-// shims when the server is killed, and a new server re-attaches them.
+// shims when the server is killed, and a new server re-attaches them, under
+// runc and under gVisor.
 func TestKill9RestartContainers(t *testing.T) {
 	const ns = "hybox-test-restart"
-	sock := ocienv.Containerd(t)
-	ocienv.ImageIn(t, sock, ns)
+	sock := ocitest.Containerd(t)
+	ocitest.ImageIn(t, sock, ns)
+	g := ocitest.GVisor(t)
+	if g.Dir == "" {
+		t.Fatalf("no gVisor build: %v", g.Err)
+	}
 	bin := buildHybox(t)
 	addr, data := freeAddr(t), t.TempDir()
 	cfg := filepath.Join(t.TempDir(), "hybox.toml")
-	require.NoError(t, os.WriteFile(cfg, []byte("[oci]\nnamespace = \""+ns+"\"\n"), 0o600))
-	flags := []string{"--config", cfg, "--containerd", sock, "--execd-binary", ocienv.ExecdBinary(t)}
+	require.NoError(t, os.WriteFile(cfg, []byte("[oci]\nnamespace = \""+ns+"\"\nrunsc_platform = \""+g.Platform+"\"\n"), 0o600))
+	flags := []string{"--config", cfg, "--containerd", sock, "--execd-binary", ocitest.ExecdBinary(t), "--runsc-binary", g.Runsc()}
 	p := startServe(t, bin, addr, data, flags...)
 	base := "http://" + addr + "/v1"
 
-	st, b := call(t, "POST", base+"/sandboxes", `{"image":{"uri":"`+ocienv.ImageName+`"},"extensions":{"hybox.io/runtime":"runc"},"entrypoint":["sleep","infinity"],"timeout":600}`)
-	require.Equal(t, 202, st, string(b)+p.log.String())
-	var sb struct{ ID string }
-	require.NoError(t, json.Unmarshal(b, &sb))
-	t.Cleanup(func() { // best effort, should the test fail before its own delete
-		req, _ := http.NewRequest("DELETE", base+"/sandboxes/"+sb.ID, nil)
-		req.Header.Set("OPEN-SANDBOX-API-KEY", "k")
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			resp.Body.Close()
-		}
-	})
-	st, b = call(t, "POST", base+"/sandboxes/"+sb.ID+"/proxy/44772/command", `{"command":"echo survived > /tmp/f.txt; sleep 1000 &"}`)
-	require.Equal(t, 200, st, string(b))
+	ids := map[string]string{} // runtime → sandbox id
+	for _, runtime := range []string{"runc", "runsc"} {
+		st, b := call(t, "POST", base+"/sandboxes", `{"image":{"uri":"`+ocitest.ImageName+`"},"extensions":{"hybox.io/runtime":"`+runtime+`"},"entrypoint":["sleep","infinity"],"timeout":600}`)
+		require.Equal(t, 202, st, string(b)+p.log.String())
+		var sb struct{ ID string }
+		require.NoError(t, json.Unmarshal(b, &sb))
+		ids[runtime] = sb.ID
+		t.Cleanup(func() { // best effort, should the test fail before its own delete
+			req, _ := http.NewRequest("DELETE", base+"/sandboxes/"+sb.ID, nil)
+			req.Header.Set("OPEN-SANDBOX-API-KEY", "k")
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		})
+		st, b = call(t, "POST", base+"/sandboxes/"+sb.ID+"/proxy/44772/command", `{"command":"echo survived > /tmp/f.txt; sleep 1000 &"}`)
+		require.Equal(t, 200, st, string(b))
+	}
 
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGKILL))
 	_, _ = p.cmd.Process.Wait()
 
 	p2 := startServe(t, bin, addr, data, flags...)
-	st, b = call(t, "POST", base+"/sandboxes/"+sb.ID+"/proxy/44772/command", `{"command":"cat /tmp/f.txt; pgrep -c sleep"}`)
-	require.Equal(t, 200, st, string(b)+p2.log.String())
-	assert.Contains(t, string(b), `"text":"survived"`)
-	assert.Contains(t, string(b), `"text":"2"`, "the entrypoint and the background sleep still run")
-	st, _ = call(t, "DELETE", base+"/sandboxes/"+sb.ID, "")
-	assert.Equal(t, 204, st)
+	for runtime, id := range ids {
+		st, b := call(t, "POST", base+"/sandboxes/"+id+"/proxy/44772/command", `{"command":"cat /tmp/f.txt; pgrep -c sleep"}`)
+		require.Equal(t, 200, st, runtime+": "+string(b)+p2.log.String())
+		assert.Contains(t, string(b), `"text":"survived"`, runtime)
+		assert.Contains(t, string(b), `"text":"2"`, "%s: the entrypoint and the background sleep still run", runtime)
+		st, _ = call(t, "DELETE", base+"/sandboxes/"+id, "")
+		assert.Equal(t, 204, st, runtime)
+	}
 }

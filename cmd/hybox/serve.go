@@ -208,7 +208,7 @@ func serve(ctx context.Context, cfg *config) error {
 		}
 	}
 	rules := append(append([]runtimes.ImageRule{}, cfg.ImageRules...), runtimes.BuiltinImageRules...)
-	router, err := runtimes.NewRouter(rts, rules, cfg.OCI.DefaultRuntime)
+	router, err := runtimes.NewSelector(rts, rules, cfg.OCI.DefaultRuntime)
 	if err != nil {
 		return err
 	}
@@ -217,7 +217,7 @@ func serve(ctx context.Context, cfg *config) error {
 		return err
 	}
 	srv, err := server.New(ctx, server.Options{
-		DataDir: cfg.DataDir, APIKey: key, Insecure: cfg.Insecure, Router: router,
+		DataDir: cfg.DataDir, APIKey: key, Insecure: cfg.Insecure, Runtimes: router,
 		PublicHost: cfg.PublicHost, ReapInterval: cfg.ReapInterval.Duration, Logger: log, Images: images,
 		IngressDomain: cfg.IngressDomain, Egress: eg, VaultKey: vaultKey,
 	})
@@ -241,7 +241,7 @@ func serve(ctx context.Context, cfg *config) error {
 }
 
 // startOCI connects the container backend.
-func startOCI(ctx context.Context, cfg *config, log *slog.Logger) (*oci.Backend, error) {
+func startOCI(ctx context.Context, cfg *config, log *slog.Logger) (*oci.Containerd, error) {
 	execdBin := cfg.OCI.ExecdBinary
 	if execdBin == "" {
 		if exe, err := os.Executable(); err == nil {

@@ -22,7 +22,7 @@ func newServer(t *testing.T) *httptest.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := execd.New(execd.Options{Backend: b})
+	h, err := execd.New(execd.Options{Executor: b})
 	if err != nil {
 		t.Fatal(err)
 	}

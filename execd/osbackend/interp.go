@@ -32,14 +32,14 @@ const maxFrameBytes = 64 << 20
 // errInterpExited is returned by Run on an interpreter whose process ended.
 var errInterpExited = errors.New("interpreter process exited")
 
-// NewInterpreter implements execd.Backend: "python" runs python3 with the
+// NewInterpreter implements execd.Executor: "python" runs python3 with the
 // shared driver (internal/pydriver); "javascript" runs node with a vm
 // driver, when node is installed.
 //
 // # Errors
 // ErrUnknownLanguage for other languages or when the interpreter is not
 // installed; when cwd does not exist or the interpreter fails to start.
-func (b *Backend) NewInterpreter(ctx context.Context, language, cwd string) (execd.Interpreter, error) {
+func (b *Executor) NewInterpreter(ctx context.Context, language, cwd string) (execd.Interpreter, error) {
 	var exe string
 	var args []string
 	switch language {
@@ -140,7 +140,7 @@ func (b *Backend) NewInterpreter(ctx context.Context, language, cwd string) (exe
 
 // interpreter is one persistent interpreter process running a driver.
 type interpreter struct {
-	b     *Backend
+	b     *Executor
 	lang  string
 	pgid  int
 	stdin *os.File

@@ -26,7 +26,7 @@ var (
 // oomKills reads the OOM-kill counter of the sandbox's memory cgroup:
 // memory.events (cgroup v2) or memory/memory.oom_control (v1, kernel 4.13
 // and later). ok is false when neither can be read.
-func (b *Backend) oomKills() (n int64, ok bool) {
+func (b *Executor) oomKills() (n int64, ok bool) {
 	for _, p := range []string{
 		filepath.Join(b.opts.CgroupDir, "memory.events"),
 		filepath.Join(b.opts.CgroupDir, "memory", "memory.oom_control"),
@@ -63,7 +63,7 @@ type oomWatch struct {
 	ok     bool
 }
 
-func (b *Backend) watchOOM() oomWatch {
+func (b *Executor) watchOOM() oomWatch {
 	n, ok := b.oomKills()
 	return oomWatch{before: n, ok: ok}
 }
@@ -71,7 +71,7 @@ func (b *Backend) watchOOM() oomWatch {
 // check returns ErrOOMKilled when the process ended with code 137 (it, or
 // the last command of its pipeline, died of SIGKILL) and the sandbox's
 // cgroup counted an OOM kill since watchOOM.
-func (w oomWatch) check(b *Backend, code int) error {
+func (w oomWatch) check(b *Executor, code int) error {
 	if !w.ok || code != 128+int(syscall.SIGKILL) {
 		return nil
 	}
@@ -85,7 +85,7 @@ func (w oomWatch) check(b *Backend, code int) error {
 // of leftover process groups. When the sandbox is out of processes
 // (EAGAIN from fork) it kills the leftovers of finished commands, so that
 // the next start can succeed, and wraps ErrProcessLimit.
-func (b *Backend) spawn(cmd *exec.Cmd, start func() error) (int, <-chan syscall.WaitStatus, error) {
+func (b *Executor) spawn(cmd *exec.Cmd, start func() error) (int, <-chan syscall.WaitStatus, error) {
 	pid, exitc, err := spawn(b.opts.Reaper, cmd, start)
 	if err != nil {
 		if errors.Is(err, syscall.EAGAIN) {
@@ -103,7 +103,7 @@ func (b *Backend) spawn(cmd *exec.Cmd, start func() error) (int, <-chan syscall.
 
 // noteLeftovers remembers pgid when processes of a finished command's
 // group still run (started in the background with &, or a fork bomb).
-func (b *Backend) noteLeftovers(pgid int) {
+func (b *Executor) noteLeftovers(pgid int) {
 	if syscall.Kill(-pgid, 0) != nil {
 		return
 	}
@@ -116,7 +116,7 @@ func (b *Backend) noteLeftovers(pgid int) {
 // reports whether there were any. It runs only when the sandbox is out of
 // processes: then such leftovers are the likely cause (a fork bomb) and
 // nothing else can start.
-func (b *Backend) reclaim() bool {
+func (b *Executor) reclaim() bool {
 	b.leftMu.Lock()
 	groups := make([]int, 0, len(b.leftovers))
 	for g := range b.leftovers {
@@ -137,7 +137,7 @@ func (b *Backend) reclaim() bool {
 // startRetry starts a command built by build. When the sandbox is out of
 // processes and leftovers were reclaimed, it tries again for up to a
 // second while the killed processes are reaped.
-func (b *Backend) startRetry(build func() *exec.Cmd) (int, <-chan syscall.WaitStatus, error) {
+func (b *Executor) startRetry(build func() *exec.Cmd) (int, <-chan syscall.WaitStatus, error) {
 	var deadline time.Time
 	for {
 		cmd := build()

@@ -29,12 +29,12 @@ type metricsState struct {
 	lastOK   bool
 }
 
-// Metrics implements execd.Backend: memory and CPU of the sandbox's cgroup
+// Metrics implements execd.Executor: memory and CPU of the sandbox's cgroup
 // (v2, else v1), else of the whole machine (/proc/meminfo, /proc/stat).
 //
 // # Errors
 // When no source can be read, or ctx ends while sampling.
-func (b *Backend) Metrics(ctx context.Context) (execd.Metrics, error) {
+func (b *Executor) Metrics(ctx context.Context) (execd.Metrics, error) {
 	cpus := b.cpuCount()
 	used, total, err := b.memory()
 	if err != nil {
@@ -68,7 +68,7 @@ func readInt(path string) (int64, error) {
 }
 
 // cpuCount is the cgroup's CPU quota in CPUs, else the number of CPUs.
-func (b *Backend) cpuCount() float64 {
+func (b *Executor) cpuCount() float64 {
 	n := float64(runtime.NumCPU())
 	if data, err := os.ReadFile(filepath.Join(b.opts.CgroupDir, "cpu.max")); err == nil {
 		f := strings.Fields(string(data))
@@ -90,7 +90,7 @@ func (b *Backend) cpuCount() float64 {
 }
 
 // memory returns used and total bytes.
-func (b *Backend) memory() (used, total int64, err error) {
+func (b *Executor) memory() (used, total int64, err error) {
 	memTotal, memAvail, merr := b.meminfo()
 	// cgroup v2
 	if cur, err := readInt(filepath.Join(b.opts.CgroupDir, "memory.current")); err == nil {
@@ -115,7 +115,7 @@ func (b *Backend) memory() (used, total int64, err error) {
 }
 
 // meminfo reads MemTotal and MemAvailable in bytes.
-func (b *Backend) meminfo() (total, avail int64, err error) {
+func (b *Executor) meminfo() (total, avail int64, err error) {
 	data, err := os.ReadFile(filepath.Join(b.opts.ProcDir, "meminfo"))
 	if err != nil {
 		return 0, 0, err
@@ -145,7 +145,7 @@ func (b *Backend) meminfo() (total, avail int64, err error) {
 
 // cpuUsed returns the CPU time used so far: the cgroup's, else the
 // machine's non-idle time from /proc/stat.
-func (b *Backend) cpuUsed() (time.Duration, error) {
+func (b *Executor) cpuUsed() (time.Duration, error) {
 	if data, err := os.ReadFile(filepath.Join(b.opts.CgroupDir, "cpu.stat")); err == nil {
 		sc := bufio.NewScanner(bytes.NewReader(data))
 		for sc.Scan() {
@@ -190,7 +190,7 @@ func (b *Backend) cpuUsed() (time.Duration, error) {
 
 // cpuPercent is the share of the available CPUs used since the previous
 // sample; the first call takes two samples cpuSampleGap apart.
-func (b *Backend) cpuPercent(ctx context.Context, cpus float64) (float64, error) {
+func (b *Executor) cpuPercent(ctx context.Context, cpus float64) (float64, error) {
 	m := &b.metrics
 	m.mu.Lock()
 	defer m.mu.Unlock()

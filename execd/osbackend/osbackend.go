@@ -1,4 +1,4 @@
-// Package osbackend is the execd.Backend of container sandboxes: commands,
+// Package osbackend is the execd.Executor of container sandboxes: commands,
 // shell sessions, code interpreters and terminals are real OS processes,
 // run by hybox-execd inside the container. Output is copied from pipes as it
 // is produced; every command runs in its own process group so that it can be
@@ -34,7 +34,7 @@ const (
 	DefaultProcDir        = "/proc"
 )
 
-// Options configures a Backend.
+// Options configures an Executor.
 type Options struct {
 	// RootDir is the sandbox filesystem: the files API's root and the base
 	// of guest paths. Required ("/" in a container).
@@ -131,8 +131,8 @@ func (o *Options) Validate() error {
 	return nil
 }
 
-// Backend runs a sandbox's executions as OS processes.
-type Backend struct {
+// Executor runs a sandbox's executions as OS processes.
+type Executor struct {
 	opts Options
 	root *os.Root
 
@@ -155,15 +155,15 @@ type Backend struct {
 type closer interface{ Close() error }
 
 var (
-	_ execd.Backend    = (*Backend)(nil)
-	_ execd.PTYBackend = (*Backend)(nil)
+	_ execd.Executor    = (*Executor)(nil)
+	_ execd.PTYExecutor = (*Executor)(nil)
 )
 
-// New returns a Backend.
+// New returns an Executor.
 //
 // # Errors
 // When opts are invalid or the root cannot be opened.
-func New(opts Options) (*Backend, error) {
+func New(opts Options) (*Executor, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
@@ -171,18 +171,18 @@ func New(opts Options) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("osbackend: open root: %w", err)
 	}
-	b := &Backend{opts: opts, root: root, live: map[closer]struct{}{}, leftovers: map[int]struct{}{},
+	b := &Executor{opts: opts, root: root, live: map[closer]struct{}{}, leftovers: map[int]struct{}{},
 		warmOK: opts.WarmShell && warmCapable(&opts)}
 	b.refillWarm()
 	return b, nil
 }
 
-// Root implements execd.Backend.
-func (b *Backend) Root() *os.Root { return b.root }
+// Root implements execd.Executor.
+func (b *Executor) Root() *os.Root { return b.root }
 
-// Languages implements execd.Backend: the languages whose interpreter is
+// Languages implements execd.Executor: the languages whose interpreter is
 // installed now.
-func (b *Backend) Languages() []string {
+func (b *Executor) Languages() []string {
 	var out []string
 	if _, err := b.lookPath(b.opts.Python); err == nil {
 		out = append(out, "python")
@@ -195,7 +195,7 @@ func (b *Backend) Languages() []string {
 }
 
 // Close kills every session, interpreter and terminal and closes the root.
-func (b *Backend) Close() error {
+func (b *Executor) Close() error {
 	b.mu.Lock()
 	b.closed = true
 	live := b.live
@@ -208,7 +208,7 @@ func (b *Backend) Close() error {
 }
 
 // track remembers c until untrack, so that Close can stop it.
-func (b *Backend) track(c closer) error {
+func (b *Executor) track(c closer) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
@@ -218,7 +218,7 @@ func (b *Backend) track(c closer) error {
 	return nil
 }
 
-func (b *Backend) untrack(c closer) {
+func (b *Executor) untrack(c closer) {
 	b.mu.Lock()
 	delete(b.live, c)
 	b.mu.Unlock()
@@ -226,7 +226,7 @@ func (b *Backend) untrack(c closer) {
 
 // hostDir maps a guest directory to a host path ("" = Workdir) and checks
 // that it is a directory.
-func (b *Backend) hostDir(guest string) (string, error) {
+func (b *Executor) hostDir(guest string) (string, error) {
 	dir := b.opts.Workdir
 	if guest != "" {
 		if path.IsAbs(guest) {
@@ -256,7 +256,7 @@ func sortedKeys(m map[string]string) []string {
 }
 
 // environ returns the base environment with extra variables set.
-func (b *Backend) environ(extra map[string]string) []string {
+func (b *Executor) environ(extra map[string]string) []string {
 	env := make([]string, 0, len(b.opts.Env)+len(extra))
 	keys := sortedKeys(extra)
 	for _, kv := range b.opts.Env {
@@ -272,7 +272,7 @@ func (b *Backend) environ(extra map[string]string) []string {
 }
 
 // getenv reads a variable of the base environment.
-func (b *Backend) getenv(key string) string {
+func (b *Executor) getenv(key string) string {
 	for _, kv := range b.opts.Env {
 		if k, v, ok := strings.Cut(kv, "="); ok && k == key {
 			return v
@@ -282,7 +282,7 @@ func (b *Backend) getenv(key string) string {
 }
 
 // lookPath finds an executable on the PATH of the base environment.
-func (b *Backend) lookPath(name string) (string, error) {
+func (b *Executor) lookPath(name string) (string, error) {
 	if strings.Contains(name, "/") {
 		if isExecutable(name) {
 			return name, nil

@@ -18,7 +18,7 @@ import (
 	"github.com/hybox-dev/hybox/execd"
 )
 
-func newBackend(t *testing.T, mod ...func(*Options)) *Backend {
+func newBackend(t *testing.T, mod ...func(*Options)) *Executor {
 	t.Helper()
 	opts := Options{RootDir: t.TempDir(), Env: os.Environ(), InterruptGrace: time.Second}
 	for _, f := range mod {
@@ -52,7 +52,7 @@ func (r *recorder) String() string {
 	return r.buf.String()
 }
 
-func run(t *testing.T, b *Backend, spec execd.ProcessSpec) (int, string, string) {
+func run(t *testing.T, b *Executor, spec execd.ProcessSpec) (int, string, string) {
 	t.Helper()
 	var out, errb recorder
 	spec.Stdout, spec.Stderr = &out, &errb

@@ -16,7 +16,7 @@ import (
 	"github.com/hybox-dev/hybox/execd"
 )
 
-// StartCommand implements execd.Backend: spec.Command runs under the shell
+// StartCommand implements execd.Executor: spec.Command runs under the shell
 // with -c in a new process group. Output is copied to spec.Stdout and
 // spec.Stderr as it is read from the pipes (one pipe when both are the same
 // writer, which keeps their interleaving). With Options.WarmShell, a
@@ -25,7 +25,7 @@ import (
 // # Errors
 // When the working directory does not exist (wraps fs.ErrNotExist), the
 // uid/gid may not be assumed (fs.ErrPermission) or the shell cannot start.
-func (b *Backend) StartCommand(ctx context.Context, spec execd.ProcessSpec) (execd.Process, error) {
+func (b *Executor) StartCommand(ctx context.Context, spec execd.ProcessSpec) (execd.Process, error) {
 	dir, err := b.hostDir(spec.Cwd)
 	if err != nil {
 		return nil, err
@@ -93,7 +93,7 @@ func (b *Backend) StartCommand(ctx context.Context, spec execd.ProcessSpec) (exe
 // startWarmCommand runs spec on the warm shell and reports whether it
 // did; false means the command must take the cold path (no warm shell,
 // or a spec the warm shell cannot run like bash -c).
-func (b *Backend) startWarmCommand(p *process, spec execd.ProcessSpec, dir string, shared bool) bool {
+func (b *Executor) startWarmCommand(p *process, spec execd.ProcessSpec, dir string, shared bool) bool {
 	setup, ok := warmSetup(spec, dir, b.opts.Workdir, shared, b.getenv("PWD"))
 	if !ok {
 		return false
@@ -147,7 +147,7 @@ var errInvalid = errors.New("invalid argument")
 
 // process is one running command.
 type process struct {
-	b              *Backend
+	b              *Executor
 	pgid           int
 	exitc          <-chan syscall.WaitStatus
 	stdout, stderr io.Writer

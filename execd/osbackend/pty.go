@@ -17,13 +17,13 @@ import (
 	"github.com/hybox-dev/hybox/execd"
 )
 
-// StartPTY implements execd.PTYBackend: spec.Command under the shell with
+// StartPTY implements execd.PTYExecutor: spec.Command under the shell with
 // -c, or an interactive login shell (`bash -l`), as the session leader of a
 // new pseudo-terminal.
 //
 // # Errors
 // When cwd does not exist or the program cannot start.
-func (b *Backend) StartPTY(ctx context.Context, spec execd.PTYSpec) (execd.PTY, error) {
+func (b *Executor) StartPTY(ctx context.Context, spec execd.PTYSpec) (execd.PTY, error) {
 	dir, err := b.hostDir(spec.Cwd)
 	if err != nil {
 		return nil, err
@@ -74,7 +74,7 @@ func (b *Backend) StartPTY(ctx context.Context, spec execd.PTYSpec) (execd.PTY, 
 
 // terminal is a program on a pseudo-terminal.
 type terminal struct {
-	b     *Backend
+	b     *Executor
 	ptmx  *os.File
 	pid   int
 	exitc <-chan syscall.WaitStatus

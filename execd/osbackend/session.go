@@ -33,7 +33,7 @@ const markerWait = time.Second
 // the shell prints a random marker line on stdout and on stderr (the end
 // of that command's output) and the exit code on fd 3.
 type session struct {
-	b      *Backend
+	b      *Executor
 	pgid   int
 	stdin  io.WriteCloser
 	marker string
@@ -54,12 +54,12 @@ type session struct {
 
 var _ execd.Session = (*session)(nil)
 
-// NewSession implements execd.Backend: a persistent bash (or sh) whose
+// NewSession implements execd.Executor: a persistent bash (or sh) whose
 // working directory, variables and functions survive between runs.
 //
 // # Errors
 // When cwd does not exist or the shell cannot start.
-func (b *Backend) NewSession(ctx context.Context, cwd string, env map[string]string) (execd.Session, error) {
+func (b *Executor) NewSession(ctx context.Context, cwd string, env map[string]string) (execd.Session, error) {
 	dir, err := b.hostDir(cwd)
 	if err != nil {
 		return nil, err

@@ -154,7 +154,7 @@ func (o *output) Stdout(p []byte)                 { o.stdout.Write(p) }
 func (o *output) Stderr(p []byte)                 { o.stderr.Write(p) }
 func (o *output) Result(bundle map[string]string) { o.results = append(o.results, bundle) }
 
-func newInterp(t *testing.T, b *Backend, lang string) execd.Interpreter {
+func newInterp(t *testing.T, b *Executor, lang string) execd.Interpreter {
 	t.Helper()
 	exe := map[string]string{"python": "python3", "javascript": "node"}[lang]
 	if _, err := exec.LookPath(exe); err != nil {

@@ -83,7 +83,7 @@ const warmIdle = 20 * time.Millisecond
 
 // scheduleWarm (re)arms the start of the next warm shell for warmIdle from
 // now. Every command calls it.
-func (b *Backend) scheduleWarm() {
+func (b *Executor) scheduleWarm() {
 	if !b.warmOK {
 		return
 	}
@@ -98,7 +98,7 @@ func (b *Backend) scheduleWarm() {
 
 // refillWarm starts a warm shell in the background unless one is idle or
 // starting, or the backend is closed.
-func (b *Backend) refillWarm() {
+func (b *Executor) refillWarm() {
 	if !b.warmOK {
 		return
 	}
@@ -133,7 +133,7 @@ func (b *Backend) refillWarm() {
 }
 
 // startWarm starts a warm shell in Workdir with the base environment.
-func (b *Backend) startWarm() (w *warmShell, err error) {
+func (b *Executor) startWarm() (w *warmShell, err error) {
 	var files []*os.File
 	defer func() {
 		if err != nil {
@@ -176,7 +176,7 @@ func (b *Backend) startWarm() (w *warmShell, err error) {
 // claimWarm takes the idle warm shell; nil when there is none (one still
 // starting is not waited for: under back-to-back commands a cold start is
 // as fast). The caller schedules the next one.
-func (b *Backend) claimWarm() *warmShell {
+func (b *Executor) claimWarm() *warmShell {
 	b.warmMu.Lock()
 	w := b.warm
 	b.warm = nil

@@ -17,7 +17,7 @@ import (
 
 // warmAndCold returns a backend with a warm shell and one without, on the
 // same root.
-func warmAndCold(t *testing.T) (warm, cold *Backend) {
+func warmAndCold(t *testing.T) (warm, cold *Executor) {
 	t.Helper()
 	warm = newBackend(t, func(o *Options) { o.WarmShell = true })
 	if !warm.warmOK {
@@ -28,7 +28,7 @@ func warmAndCold(t *testing.T) (warm, cold *Backend) {
 }
 
 // idleWarm waits for the idle warm shell and returns its pid.
-func idleWarm(t *testing.T, b *Backend) int {
+func idleWarm(t *testing.T, b *Executor) int {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -54,7 +54,7 @@ type outcome struct {
 // runOn runs spec on b; on a warm backend it checks that the warm shell
 // ran it, or stayed idle when spec needs the cold path. shared sends
 // stdout and stderr to one writer (stdout).
-func runOn(t *testing.T, b *Backend, spec execd.ProcessSpec, shared bool) outcome {
+func runOn(t *testing.T, b *Executor, spec execd.ProcessSpec, shared bool) outcome {
 	t.Helper()
 	want := 0
 	if b.warmOK {
@@ -155,7 +155,7 @@ func TestWarmShellMatchesCold(t *testing.T) {
 
 func TestWarmShellMissingCwd(t *testing.T) {
 	warm, cold := warmAndCold(t)
-	for _, b := range []*Backend{warm, cold} {
+	for _, b := range []*Executor{warm, cold} {
 		_, err := b.StartCommand(context.Background(), execd.ProcessSpec{Command: "true", Cwd: "/missing"})
 		if !errors.Is(err, os.ErrNotExist) {
 			t.Fatalf("warm %v: missing cwd: %v, want ErrNotExist", b.warmOK, err)
@@ -165,7 +165,7 @@ func TestWarmShellMissingCwd(t *testing.T) {
 
 func TestWarmShellKillsProcessGroup(t *testing.T) {
 	warm, cold := warmAndCold(t)
-	for _, b := range []*Backend{warm, cold} {
+	for _, b := range []*Executor{warm, cold} {
 		var want int
 		if b.warmOK {
 			want = idleWarm(t, b)

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hybox-dev/hybox/internal/ocienv"
 	"github.com/hybox-dev/hybox/runtimes"
+	"github.com/hybox-dev/hybox/runtimes/oci/ocitest"
 )
 
 // These benchmarks drive the real backend on the test containerd. Each
@@ -156,7 +156,7 @@ func BenchmarkIdleMemory(b *testing.B) {
 		spec := testSpec(b, "bench-mem")
 		mustCreate(b, rt, spec)
 		time.Sleep(500 * time.Millisecond) // settle
-		usage, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/memory", ocienv.Namespace, spec.ID, "memory.usage_in_bytes"))
+		usage, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/memory", ocitest.Namespace, spec.ID, "memory.usage_in_bytes"))
 		if err != nil {
 			b.Fatal(err)
 		}

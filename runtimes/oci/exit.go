@@ -20,7 +20,7 @@ const cgroupRoot = "/sys/fs/cgroup"
 func cgroupPath(namespace, id string) string { return filepath.Join("/", namespace, id) }
 
 // unwatch stops reporting the exit of the sandbox id, if it is watched.
-func (b *Backend) unwatch(id string) {
+func (b *Containerd) unwatch(id string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if s := b.live[id]; s != nil {
@@ -29,7 +29,7 @@ func (b *Backend) unwatch(id string) {
 }
 
 // exitStatus describes how the container's init ended.
-func (b *Backend) exitStatus(id string, st containerd.ExitStatus) runtimes.ExitStatus {
+func (b *Containerd) exitStatus(id string, st containerd.ExitStatus) runtimes.ExitStatus {
 	code := int(st.ExitCode())
 	if st.Error() != nil {
 		// The wait broke (containerd went away): say killed, code unknown.

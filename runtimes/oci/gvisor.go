@@ -161,7 +161,9 @@ func probeRunsc(ctx context.Context, runsc, probe, dir, platform string) error {
 	_ = syscall.Unmount(filepath.Join(root, "null-netns"), syscall.MNT_DETACH)
 	if ctx.Err() != nil {
 		// A hung sandbox: remove it by force.
-		_ = exec.Command(runsc, "--root", root, "delete", "--force", id).Run()
+		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		_ = exec.CommandContext(dctx, runsc, "--root", root, "delete", "--force", id).Run()
+		dcancel()
 		return fmt.Errorf("no answer within 20 s")
 	}
 	if err != nil {

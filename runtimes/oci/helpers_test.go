@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hybox-dev/hybox/internal/ocienv"
 	"github.com/hybox-dev/hybox/runtimes"
+	"github.com/hybox-dev/hybox/runtimes/oci/ocitest"
 )
 
 var seq atomic.Int64
@@ -30,7 +30,7 @@ func testSpec(t testing.TB, prefix string) runtimes.Spec {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return runtimes.Spec{ID: id, Image: ocienv.ImageName, Entrypoint: []string{"sleep", "infinity"},
+	return runtimes.Spec{ID: id, Image: ocitest.ImageName, Entrypoint: []string{"sleep", "infinity"},
 		Dir: dir, MemoryBytes: 256 << 20}
 }
 

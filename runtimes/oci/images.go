@@ -20,7 +20,7 @@ import (
 	"github.com/hybox-dev/hybox/runtimes"
 )
 
-var _ runtimes.ImageStore = (*Backend)(nil)
+var _ runtimes.ImageStore = (*Containerd)(nil)
 
 const snapshotter = "overlayfs"
 
@@ -31,7 +31,7 @@ func wireImage(ctx context.Context, img containerd.Image) runtimes.Image {
 
 // Import reads an OCI or docker archive, stores its images and unpacks
 // them for the overlayfs snapshotter.
-func (b *Backend) Import(ctx context.Context, archive io.Reader) ([]runtimes.Image, error) {
+func (b *Containerd) Import(ctx context.Context, archive io.Reader) ([]runtimes.Image, error) {
 	ctx = b.ctx(ctx)
 	imgs, err := b.client.Import(ctx, archive, containerd.WithSkipDigestRef(func(name string) bool { return name != "" }))
 	if err != nil {
@@ -49,7 +49,7 @@ func (b *Backend) Import(ctx context.Context, archive io.Reader) ([]runtimes.Ima
 }
 
 // List lists the stored images.
-func (b *Backend) List(ctx context.Context) ([]runtimes.Image, error) {
+func (b *Containerd) List(ctx context.Context) ([]runtimes.Image, error) {
 	ctx = b.ctx(ctx)
 	imgs, err := b.client.ListImages(ctx)
 	if err != nil {
@@ -63,7 +63,7 @@ func (b *Backend) List(ctx context.Context) ([]runtimes.Image, error) {
 }
 
 // Remove deletes an image.
-func (b *Backend) Remove(ctx context.Context, name string) error {
+func (b *Containerd) Remove(ctx context.Context, name string) error {
 	ctx = b.ctx(ctx)
 	if err := b.client.ImageService().Delete(ctx, name, images.SynchronousDelete()); err != nil {
 		if errdefs.IsNotFound(err) {
@@ -82,7 +82,7 @@ func (b *Backend) Remove(ctx context.Context, name string) error {
 // # Errors
 // runtimes.ErrUnavailable wrapping the registry's or containerd's error,
 // with a hint when the registry refused the credentials (or their absence).
-func (b *Backend) Pull(ctx context.Context, ref string, auth *runtimes.RegistryAuth) (runtimes.Image, error) {
+func (b *Containerd) Pull(ctx context.Context, ref string, auth *runtimes.RegistryAuth) (runtimes.Image, error) {
 	ctx = b.ctx(ctx)
 	ref = normalizeRef(ref)
 	resolver, err := newResolver(ref, auth)

@@ -17,18 +17,18 @@ import (
 	"github.com/containerd/containerd/v2/pkg/oci"
 	"github.com/containerd/errdefs"
 
-	"github.com/hybox-dev/hybox/internal/ocienv"
 	"github.com/hybox-dev/hybox/runtimes"
 	hyoci "github.com/hybox-dev/hybox/runtimes/oci"
+	"github.com/hybox-dev/hybox/runtimes/oci/ocitest"
 )
 
 // leftovers lists what is still on the machine of sandbox id: containerd
-// records, the shim and runtime state (ocienv.Leftovers), mounts naming
+// records, the shim and runtime state (ocitest.Leftovers), mounts naming
 // it, its network namespace, address leases, cgroups, and the host
 // directories of spec and of the backend.
 func leftovers(t testing.TB, c *containerd.Client, spec runtimes.Spec, stateDir string) []string {
 	t.Helper()
-	ctx := namespaces.WithNamespace(context.Background(), ocienv.Namespace)
+	ctx := namespaces.WithNamespace(context.Background(), ocitest.Namespace)
 	id := spec.ID
 	var out []string
 	if _, err := c.LoadContainer(ctx, id); !errdefs.IsNotFound(err) {
@@ -37,10 +37,10 @@ func leftovers(t testing.TB, c *containerd.Client, spec runtimes.Spec, stateDir 
 	if _, err := c.TaskService().Get(ctx, &tasks.GetRequest{ContainerID: id}); err == nil {
 		out = append(out, "task")
 	}
-	if _, err := c.SnapshotService(ocienv.Snapshotter).Stat(ctx, id); !errdefs.IsNotFound(err) {
+	if _, err := c.SnapshotService(ocitest.Snapshotter).Stat(ctx, id); !errdefs.IsNotFound(err) {
 		out = append(out, "snapshot")
 	}
-	out = append(out, ocienv.Leftovers(ocienv.Namespace, ocienv.Runc(), id)...)
+	out = append(out, ocitest.Leftovers(ocitest.Namespace, ocitest.Runc(), id)...)
 	if mi, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
 		for _, line := range strings.Split(string(mi), "\n") {
 			if strings.Contains(line, id) {
@@ -59,7 +59,7 @@ func leftovers(t testing.TB, c *containerd.Client, spec runtimes.Spec, stateDir 
 		}
 	}
 	for _, ctl := range []string{"memory", "pids", "cpu"} {
-		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", ctl, ocienv.Namespace, id)); err == nil {
+		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", ctl, ocitest.Namespace, id)); err == nil {
 			out = append(out, "cgroup "+ctl)
 		}
 	}
@@ -82,7 +82,7 @@ func TestNoLeaks(t *testing.T) {
 	stateDir := t.TempDir()
 	b := newBackend(t, func(o *hyoci.Options) { o.StateDir = stateDir })
 	rt := runtimeNamed(t, b, "runc")
-	c := ocienv.Client(t, ocienv.Socket(), ocienv.Namespace)
+	c := ocitest.Client(t, ocitest.Socket(), ocitest.Namespace)
 	ctx := context.Background()
 	const cycles = 50
 	var specs []runtimes.Spec
@@ -128,16 +128,16 @@ func TestSweep(t *testing.T) {
 	mustCreate(t, rt, kept)
 
 	// A bare container with a running task, straight through containerd.
-	c := ocienv.Client(t, ocienv.Socket(), ocienv.Namespace)
-	nctx := namespaces.WithNamespace(ctx, ocienv.Namespace)
+	c := ocitest.Client(t, ocitest.Socket(), ocitest.Namespace)
+	nctx := namespaces.WithNamespace(ctx, ocitest.Namespace)
 	bare := testSpec(t, "sweep-bare")
 	bare.Dir = ""
-	img, err := c.GetImage(nctx, ocienv.ImageName)
+	img, err := c.GetImage(nctx, ocitest.ImageName)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctr, err := c.NewContainer(nctx, bare.ID, containerd.WithImage(img), containerd.WithSnapshotter(ocienv.Snapshotter),
-		containerd.WithNewSnapshot(bare.ID, img), ocienv.Runc().ContainerOpt(),
+	ctr, err := c.NewContainer(nctx, bare.ID, containerd.WithImage(img), containerd.WithSnapshotter(ocitest.Snapshotter),
+		containerd.WithNewSnapshot(bare.ID, img), ocitest.Runc().ContainerOpt(),
 		containerd.WithNewSpec(oci.WithImageConfig(img), oci.WithProcessArgs("sleep", "infinity")))
 	if err != nil {
 		t.Fatal(err)
@@ -149,7 +149,7 @@ func TestSweep(t *testing.T) {
 	if err := task.Start(nctx); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = ocienv.Cleanup(ctx, c, ocienv.Namespace, ocienv.Runc(), bare.ID) })
+	t.Cleanup(func() { _ = ocitest.Cleanup(ctx, c, ocitest.Namespace, ocitest.Runc(), bare.ID) })
 
 	// The restarted server knows only the kept sandbox; everything else in
 	// the namespace belongs to other tests and is kept too.

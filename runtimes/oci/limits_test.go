@@ -9,9 +9,9 @@ import (
 	containerd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 
-	"github.com/hybox-dev/hybox/internal/ocienv"
 	"github.com/hybox-dev/hybox/runtimes"
 	"github.com/hybox-dev/hybox/runtimes/oci"
+	"github.com/hybox-dev/hybox/runtimes/oci/ocitest"
 )
 
 // TestForkBomb: a fork bomb is held by the pids limit; the sandbox answers
@@ -49,7 +49,7 @@ func TestForkBomb(t *testing.T) {
 		t.Fatalf("destroy: %v", err)
 	}
 	t.Logf("destroy took %v", time.Since(begin).Round(time.Millisecond))
-	if left := ocienv.Leftovers(ocienv.Namespace, ocienv.Runc(), bombSpec.ID); len(left) > 0 {
+	if left := ocitest.Leftovers(ocitest.Namespace, ocitest.Runc(), bombSpec.ID); len(left) > 0 {
 		t.Errorf("left after destroy: %v", left)
 	}
 }
@@ -103,8 +103,8 @@ func TestExited(t *testing.T) {
 	case <-time.After(100 * time.Millisecond):
 	}
 	// Kill init from the host, behind the backend's back.
-	ctx := namespaces.WithNamespace(context.Background(), ocienv.Namespace)
-	c := ocienv.Client(t, ocienv.Socket(), ocienv.Namespace)
+	ctx := namespaces.WithNamespace(context.Background(), ocitest.Namespace)
+	c := ocitest.Client(t, ocitest.Socket(), ocitest.Namespace)
 	cont, err := c.LoadContainer(ctx, spec.ID)
 	if err != nil {
 		t.Fatal(err)

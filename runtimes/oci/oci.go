@@ -14,6 +14,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -29,6 +30,7 @@ import (
 	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/hybox-dev/hybox/internal/cleanup"
 	"github.com/hybox-dev/hybox/runtimes"
 )
 
@@ -105,8 +107,8 @@ func (o *Options) Validate() error {
 	return nil
 }
 
-// Backend owns the containerd connection shared by the runc and runsc runtimes.
-type Backend struct {
+// Containerd owns the containerd connection shared by the runc and runsc runtimes.
+type Containerd struct {
 	opts   Options
 	client *containerd.Client
 	net    *network
@@ -125,7 +127,7 @@ type Backend struct {
 //
 // # Errors
 // runtimes.ErrUnavailable when containerd does not answer.
-func New(ctx context.Context, opts Options) (*Backend, error) {
+func New(ctx context.Context, opts Options) (*Containerd, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
@@ -142,7 +144,7 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 		_ = c.Close()
 		return nil, err
 	}
-	b := &Backend{opts: opts, client: c, net: n, live: map[string]*Sandbox{}}
+	b := &Containerd{opts: opts, client: c, net: n, live: map[string]*Sandbox{}}
 	if opts.RunscBinary != "" {
 		b.runscErr = b.setupRunsc(ctx)
 	}
@@ -151,7 +153,7 @@ func New(ctx context.Context, opts Options) (*Backend, error) {
 
 // setupRunsc picks gVisor's platform (probing when none is configured) and
 // writes the shim's config; an error leaves the backend without runsc.
-func (b *Backend) setupRunsc(ctx context.Context) error {
+func (b *Containerd) setupRunsc(ctx context.Context) error {
 	platform := b.opts.RunscPlatform
 	if platform == "" {
 		if err := os.MkdirAll(b.opts.StateDir, 0o700); err != nil {
@@ -162,6 +164,8 @@ func (b *Backend) setupRunsc(ctx context.Context) error {
 			return fmt.Errorf("gVisor (%s) runs on no platform here: %w", b.opts.RunscBinary, err)
 		}
 		platform = p
+	} else if !slices.Contains(RunscPlatforms, platform) {
+		return fmt.Errorf("gVisor platform %q is not one hybox runs (%s)", platform, strings.Join(RunscPlatforms, ", "))
 	} else if _, err := os.Stat(b.opts.RunscBinary); err != nil {
 		return fmt.Errorf("runsc: %w", err)
 	}
@@ -176,7 +180,7 @@ func (b *Backend) setupRunsc(ctx context.Context) error {
 
 // Runsc reports gVisor's configuration, or why there is no "runsc"
 // runtime (nil, nil when none was asked for).
-func (b *Backend) Runsc() (*RunscConfig, error) {
+func (b *Containerd) Runsc() (*RunscConfig, error) {
 	if b.runsc.Platform == "" {
 		return nil, b.runscErr
 	}
@@ -185,14 +189,14 @@ func (b *Backend) Runsc() (*RunscConfig, error) {
 }
 
 // Close closes the containerd connection; containers keep running.
-func (b *Backend) Close() error { return b.client.Close() }
+func (b *Containerd) Close() error { return b.client.Close() }
 
 // Client returns the containerd client (images are managed through it).
-func (b *Backend) Client() *containerd.Client { return b.client }
+func (b *Containerd) Client() *containerd.Client { return b.client }
 
 // Runtimes returns the runtimes this backend can serve: "runc", and
-// "runsc" when gVisor is configured and works (see [Backend.Runsc]).
-func (b *Backend) Runtimes() []runtimes.Runtime {
+// "runsc" when gVisor is configured and works (see [Containerd.Runsc]).
+func (b *Containerd) Runtimes() []runtimes.Runtime {
 	out := []runtimes.Runtime{&Runtime{b: b, name: "runc", binary: b.opts.RuncBinary}}
 	if b.runsc.Platform != "" {
 		out = append(out, &Runtime{b: b, name: "runsc", binary: b.opts.RunscBinary})
@@ -200,13 +204,13 @@ func (b *Backend) Runtimes() []runtimes.Runtime {
 	return out
 }
 
-func (b *Backend) ctx(ctx context.Context) context.Context {
+func (b *Containerd) ctx(ctx context.Context) context.Context {
 	return namespaces.WithNamespace(ctx, b.opts.Namespace)
 }
 
 // Runtime is one OCI runtime (runc or runsc) behind the shared backend.
 type Runtime struct {
-	b      *Backend
+	b      *Containerd
 	name   string
 	binary string
 }
@@ -246,7 +250,7 @@ func addrPath(spec runtimes.Spec) string   { return filepath.Join(spec.Dir, "add
 
 // Create starts a container and waits until its execd answers. On any
 // failure everything created so far is removed.
-func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (_ runtimes.Sandbox, retErr error) {
+func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Sandbox, error) {
 	ctx = r.b.ctx(ctx)
 	volumes, err := r.b.volumeMounts(spec.Volumes)
 	if err != nil {
@@ -269,13 +273,14 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (_ runtimes.Sa
 	if err != nil {
 		return nil, fmt.Errorf("image %s: %w", spec.Image, err)
 	}
-	defer func() {
-		if retErr != nil {
-			if err := r.Destroy(context.WithoutCancel(ctx), spec); err != nil {
-				r.b.opts.Logger.Warn("cleanup after failed create", "id", spec.ID, "err", err)
-			}
+	// A failed create undoes what it made, newest first; the goroutines it
+	// started are joined before anything is removed.
+	cu := cleanup.Make(func() {
+		if err := r.Destroy(context.WithoutCancel(ctx), spec); err != nil {
+			r.b.opts.Logger.Warn("cleanup after failed create", "id", spec.ID, "err", err)
 		}
-	}()
+	})
+	defer cu.Clean()
 	if err := r.b.mark(spec.ID); err != nil {
 		return nil, err
 	}
@@ -287,11 +292,6 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (_ runtimes.Sa
 	stage := func(name string) {
 		stages = append(stages, name, time.Since(begin).Round(time.Millisecond))
 	}
-	defer func() {
-		if retErr == nil {
-			r.b.opts.Logger.Debug("sandbox created", append([]any{"id", spec.ID, "runtime", r.name}, stages...)...)
-		}
-	}()
 	if err := r.b.net.create(ctx, spec.ID); err != nil {
 		return nil, err
 	}
@@ -304,11 +304,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (_ runtimes.Sa
 		enforced <- nil
 	}
 	waitEnforced := sync.OnceValue(func() error { return <-enforced })
-	defer func() {
-		if retErr != nil {
-			waitEnforced()
-		}
-	}()
+	cu.Add(func() { waitEnforced() })
 	// Attaching the network (CNI) runs while the container starts; it is
 	// joined before Create returns, and before any cleanup.
 	type attached struct {
@@ -321,11 +317,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (_ runtimes.Sa
 		netc <- attached{a, err}
 	}()
 	waitNet := sync.OnceValue(func() attached { return <-netc })
-	defer func() {
-		if retErr != nil {
-			waitNet()
-		}
-	}()
+	cu.Add(func() { waitNet() })
 	stage("netns")
 	if unpacked, err := img.IsUnpacked(ctx, "overlayfs"); err == nil && !unpacked {
 		if err := img.Unpack(ctx, "overlayfs"); err != nil {
@@ -371,29 +363,28 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (_ runtimes.Sa
 	if err := sb.watch(task); err != nil {
 		return nil, err
 	}
+	cu.Add(sb.unwatch)
 	if err := task.Start(ctx); err != nil {
-		sb.unwatch()
 		return nil, fmt.Errorf("start task (%s): %w", r.name, err)
 	}
 	stage("start")
 	if err := sb.waitReady(ctx, r.b.opts.ReadyTimeout); err != nil {
-		sb.unwatch()
 		return nil, err
 	}
 	stage("ready")
 	net := waitNet()
 	if net.err != nil {
-		sb.unwatch()
 		return nil, net.err
 	}
 	if net.addr.IsValid() {
 		if err := os.WriteFile(addrPath(spec), []byte(net.addr.String()), 0o644); err != nil {
-			sb.unwatch()
 			return nil, err
 		}
 	}
 	sb.addr = net.addr
 	stage("network")
+	cu.Release()
+	r.b.opts.Logger.Debug("sandbox created", append([]any{"id", spec.ID, "runtime", r.name}, stages...)...)
 	return sb, nil
 }
 
@@ -520,7 +511,7 @@ func (r *Runtime) Destroy(ctx context.Context, spec runtimes.Spec) error {
 }
 
 // remove deletes the task, the container, its snapshot and its network.
-func (b *Backend) remove(ctx context.Context, id string) error {
+func (b *Containerd) remove(ctx context.Context, id string) error {
 	var errs []error
 	c, err := b.client.LoadContainer(ctx, id)
 	switch {

@@ -5,12 +5,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
-	"github.com/hybox-dev/hybox/internal/ocienv"
 	"github.com/hybox-dev/hybox/runtimes"
 	"github.com/hybox-dev/hybox/runtimes/oci"
+	"github.com/hybox-dev/hybox/runtimes/oci/ocitest"
 	"github.com/hybox-dev/hybox/runtimes/runtimetest"
 )
 
@@ -45,15 +46,15 @@ func buildExecd(t testing.TB) string {
 
 // newBackend connects to the test containerd (skipping, with the reason,
 // where there is none and HYBOX_REQUIRE_CONTAINERS is unset).
-func newBackend(t testing.TB, edit ...func(*oci.Options)) *oci.Backend {
+func newBackend(t testing.TB, edit ...func(*oci.Options)) *oci.Containerd {
 	t.Helper()
-	sock := ocienv.Containerd(t)
-	ocienv.Image(t, sock)
+	sock := ocitest.Containerd(t)
+	ocitest.Image(t, sock)
 	opts := oci.Options{
 		Address:     sock,
-		Namespace:   ocienv.Namespace,
+		Namespace:   ocitest.Namespace,
 		ExecdBinary: buildExecd(t),
-		RunscBinary: ocienv.Runsc().Binary, RunscPlatform: ocienv.GVisor(t).Platform,
+		RunscBinary: ocitest.Runsc().Binary, RunscPlatform: ocitest.GVisor(t).Platform,
 		CNIPluginDir: "/usr/lib/cni",
 		StateDir:     t.TempDir(),
 	}
@@ -68,7 +69,7 @@ func newBackend(t testing.TB, edit ...func(*oci.Options)) *oci.Backend {
 	return b
 }
 
-func runtimeNamed(t testing.TB, b *oci.Backend, name string) runtimes.Runtime {
+func runtimeNamed(t testing.TB, b *oci.Containerd, name string) runtimes.Runtime {
 	for _, rt := range b.Runtimes() {
 		if rt.Name() == name {
 			return rt
@@ -80,12 +81,41 @@ func runtimeNamed(t testing.TB, b *oci.Backend, name string) runtimes.Runtime {
 
 func TestConformanceRunc(t *testing.T) {
 	b := newBackend(t)
-	runtimetest.Run(t, runtimetest.Config{Runtime: runtimeNamed(t, b, "runc"), Image: ocienv.ImageName,
+	runtimetest.Run(t, runtimetest.Config{Runtime: runtimeNamed(t, b, "runc"), Image: ocitest.ImageName,
 		Entrypoint: []string{"sleep", "infinity"}})
 }
 
 func TestConformanceRunsc(t *testing.T) {
 	b := newBackend(t)
-	runtimetest.Run(t, runtimetest.Config{Runtime: runtimeNamed(t, b, "runsc"), Image: ocienv.ImageName,
+	runtimetest.Run(t, runtimetest.Config{Runtime: runtimeNamed(t, b, "runsc"), Image: ocitest.ImageName,
 		Entrypoint: []string{"sleep", "infinity"}})
+}
+
+// Without a working gVisor the backend still serves runc, and says why it
+// has no runsc.
+func TestRunscUnavailable(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(*oci.Options)
+		want string
+	}{
+		{"binary missing, platform probed", func(o *oci.Options) { o.RunscBinary = "/nonexistent/runsc"; o.RunscPlatform = "" }, "no such file"},
+		{"binary missing, platform given", func(o *oci.Options) { o.RunscBinary = "/nonexistent/runsc"; o.RunscPlatform = "systrap" }, "no such file"},
+		{"unknown platform", func(o *oci.Options) { o.RunscPlatform = "kvm" }, `platform "kvm"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newBackend(t, tc.edit)
+			var names []string
+			for _, rt := range b.Runtimes() {
+				names = append(names, rt.Name())
+			}
+			if len(names) != 1 || names[0] != "runc" {
+				t.Fatalf("runtimes %v, want [runc]", names)
+			}
+			cfg, err := b.Runsc()
+			if cfg != nil || err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Runsc() = %v, %v; want an error containing %q", cfg, err, tc.want)
+			}
+		})
+	}
 }

@@ -29,9 +29,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
-	"github.com/hybox-dev/hybox/internal/ocienv"
 	"github.com/hybox-dev/hybox/runtimes"
 	"github.com/hybox-dev/hybox/runtimes/oci"
+	"github.com/hybox-dev/hybox/runtimes/oci/ocitest"
 )
 
 // pullNamespace keeps the images these tests pull and import apart from
@@ -43,7 +43,7 @@ const dockerArchiveName = "localhost/hybox/docker-archive:1"
 
 // pullBackend is a backend on the test containerd in pullNamespace, with
 // images left there by an interrupted earlier run removed first.
-func pullBackend(t *testing.T) *oci.Backend {
+func pullBackend(t *testing.T) *oci.Containerd {
 	t.Helper()
 	b := newBackend(t, func(o *oci.Options) { o.Namespace = pullNamespace })
 	ctx := context.Background()
@@ -61,12 +61,12 @@ func pullBackend(t *testing.T) *oci.Backend {
 	return b
 }
 
-// testImage reads the test image from its OCI archive (ocienv.Image builds
+// testImage reads the test image from its OCI archive (ocitest.Image builds
 // the archive when missing).
 func testImage(t *testing.T) v1.Image {
 	t.Helper()
 	dir := t.TempDir()
-	f, err := os.Open(ocienv.ImageArchive())
+	f, err := os.Open(ocitest.ImageArchive())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +199,7 @@ func (r *authRegistry) push(t *testing.T, img v1.Image, repoTag string) string {
 }
 
 // listed reports whether the backend lists an image named ref.
-func listed(t *testing.T, b *oci.Backend, ref string) (runtimes.Image, bool) {
+func listed(t *testing.T, b *oci.Containerd, ref string) (runtimes.Image, bool) {
 	t.Helper()
 	imgs, err := b.List(context.Background())
 	if err != nil {
@@ -214,7 +214,7 @@ func listed(t *testing.T, b *oci.Backend, ref string) (runtimes.Image, bool) {
 }
 
 // removeAtEnd removes image ref when t ends (it may not exist).
-func removeAtEnd(t *testing.T, b *oci.Backend, ref string) {
+func removeAtEnd(t *testing.T, b *oci.Containerd, ref string) {
 	t.Cleanup(func() {
 		if err := b.Remove(context.Background(), ref); err != nil && !errors.Is(err, runtimes.ErrNotFound) {
 			t.Errorf("remove %s: %v", ref, err)
@@ -224,7 +224,7 @@ func removeAtEnd(t *testing.T, b *oci.Backend, ref string) {
 
 // runPython creates a runc sandbox from image (pulling it with auth when
 // missing) and checks that python3 in it computes 6*7.
-func runPython(t *testing.T, b *oci.Backend, image string, auth *runtimes.RegistryAuth) {
+func runPython(t *testing.T, b *oci.Containerd, image string, auth *runtimes.RegistryAuth) {
 	t.Helper()
 	spec := testSpec(t, "pull")
 	spec.Image, spec.ImageAuth = image, auth
@@ -331,8 +331,8 @@ func TestPullWithAuth(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ok, err := cimg.IsUnpacked(nctx, ocienv.Snapshotter); err != nil || !ok {
-			t.Errorf("%s unpacked for %s: %v %v", pulled, ocienv.Snapshotter, ok, err)
+		if ok, err := cimg.IsUnpacked(nctx, ocitest.Snapshotter); err != nil || !ok {
+			t.Errorf("%s unpacked for %s: %v %v", pulled, ocitest.Snapshotter, ok, err)
 		}
 		runPython(t, b, pulled, nil)
 	})

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hybox-dev/hybox/internal/ocienv"
+	"github.com/hybox-dev/hybox/runtimes/oci/ocitest"
 )
 
 // Capability bits (linux/capability.h).
@@ -71,7 +71,7 @@ func TestSecureDefaults(t *testing.T) {
 
 			// Host paths: none of these exist in the image; bash's test
 			// uses stat(2) (gVisor of this vintage rejects coreutils' statx).
-			for _, p := range []string{"/work", "/root/go", "/var/lib/hybox-test", ocienv.RepoRoot()} {
+			for _, p := range []string{"/work", "/root/go", "/var/lib/hybox-test", ocitest.RepoRoot()} {
 				if o := c.run("test -e " + p + " && echo present || echo absent"); o.Stdout != "absent" {
 					t.Errorf("host path %s visible in the sandbox: %+v", p, o)
 				}
@@ -83,7 +83,7 @@ func TestSecureDefaults(t *testing.T) {
 			// The pids limit, on the host's cgroup of the sandbox (runc and
 			// runsc both place the container there) and, for runc, as the
 			// sandbox sees it.
-			hostMax, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/pids", ocienv.Namespace, spec.ID, "pids.max"))
+			hostMax, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/pids", ocitest.Namespace, spec.ID, "pids.max"))
 			if err != nil {
 				t.Fatalf("host pids cgroup: %v", err)
 			}

@@ -13,19 +13,19 @@ import (
 	"github.com/hybox-dev/hybox/runtimes"
 )
 
-var _ runtimes.Sweeper = (*Backend)(nil)
+var _ runtimes.Sweeper = (*Containerd)(nil)
 
 // markDir holds one empty file per sandbox whose creation began: it lets
 // Sweep find a network namespace left by a crash before the container
 // record existed.
-func (b *Backend) markDir() string { return filepath.Join(b.opts.StateDir, "sandboxes") }
+func (b *Containerd) markDir() string { return filepath.Join(b.opts.StateDir, "sandboxes") }
 
 func validID(id string) bool {
 	return id != "" && id != "." && id != ".." && !strings.ContainsAny(id, "/\x00")
 }
 
 // mark records that the creation of id began.
-func (b *Backend) mark(id string) error {
+func (b *Containerd) mark(id string) error {
 	if !validID(id) {
 		return fmt.Errorf("%w: sandbox id %q", runtimes.ErrInvalid, id)
 	}
@@ -35,7 +35,7 @@ func (b *Backend) mark(id string) error {
 	return os.WriteFile(filepath.Join(b.markDir(), id), nil, 0o644)
 }
 
-func (b *Backend) unmark(id string) error {
+func (b *Containerd) unmark(id string) error {
 	if !validID(id) {
 		return nil
 	}
@@ -53,7 +53,7 @@ func (b *Backend) unmark(id string) error {
 //
 // # Errors
 // When containerd cannot be listed; removal failures are joined.
-func (b *Backend) Sweep(ctx context.Context, keep func(id string) bool) error {
+func (b *Containerd) Sweep(ctx context.Context, keep func(id string) bool) error {
 	ctx = b.ctx(ctx)
 	ids := map[string]bool{}
 	cs, err := b.client.Containers(ctx)

@@ -19,7 +19,7 @@ import (
 //
 // # Errors
 // runtimes.ErrInvalid naming the volume and the reason.
-func (b *Backend) volumeMounts(vols []runtimes.Volume) ([]specs.Mount, error) {
+func (b *Containerd) volumeMounts(vols []runtimes.Volume) ([]specs.Mount, error) {
 	out := make([]specs.Mount, 0, len(vols))
 	seen := map[string]bool{}
 	for i, v := range vols {
@@ -59,7 +59,7 @@ func (b *Backend) volumeMounts(vols []runtimes.Volume) ([]specs.Mount, error) {
 }
 
 // volumeSource resolves a volume's host directory.
-func (b *Backend) volumeSource(v runtimes.Volume) (string, error) {
+func (b *Containerd) volumeSource(v runtimes.Volume) (string, error) {
 	if v.HostPath == "" || !filepath.IsAbs(v.HostPath) {
 		return "", fmt.Errorf("hostPath %q must be an absolute path", v.HostPath)
 	}

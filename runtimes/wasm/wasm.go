@@ -192,7 +192,7 @@ func (s *Sandbox) handler() (*execd.Handler, error) {
 	defer s.mu.Unlock()
 	if s.execd == nil {
 		eo := s.rt.opts.Exec
-		eo.Backend = s
+		eo.Executor = s
 		h, err := execd.New(eo)
 		if err != nil {
 			return nil, err
@@ -219,7 +219,7 @@ type Sandbox struct {
 
 var (
 	_ runtimes.Sandbox = (*Sandbox)(nil)
-	_ execd.Backend    = (*Sandbox)(nil)
+	_ execd.Executor   = (*Sandbox)(nil)
 )
 
 // Execd serves the execd API; while paused it answers 409.

@@ -12,15 +12,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybox-dev/hybox/execd"
-	"github.com/hybox-dev/hybox/internal/testenv"
 	"github.com/hybox-dev/hybox/runtimes"
 	"github.com/hybox-dev/hybox/runtimes/runtimetest"
 	"github.com/hybox-dev/hybox/runtimes/wasm"
 	"github.com/hybox-dev/hybox/runtimes/wasm/internal/egresstest"
+	"github.com/hybox-dev/hybox/runtimes/wasm/wasmtest"
 )
 
 func TestConformance(t *testing.T) {
-	rt, stop, err := wasm.Setup(context.Background(), wasm.SetupOptions{Engine: testenv.Engine(t), PythonPool: 2})
+	rt, stop, err := wasm.Setup(context.Background(), wasm.SetupOptions{Engine: wasmtest.Engine(t), PythonPool: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func (r *recorder) Result(map[string]string) {}
 func TestEgress(t *testing.T) {
 	srv := egresstest.NewServer(t)
 	ping := srv.URL + "/ping"
-	rt, stop, err := wasm.Setup(context.Background(), wasm.SetupOptions{Engine: testenv.Engine(t), PythonPool: 1})
+	rt, stop, err := wasm.Setup(context.Background(), wasm.SetupOptions{Engine: wasmtest.Engine(t), PythonPool: 1})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = stop() })
 
@@ -83,7 +83,7 @@ func TestEgress(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			sb := newSandbox(t, c.eg, c.restore)
-			be := sb.(execd.Backend)
+			be := sb.(execd.Executor)
 			for _, lang := range []string{"python", "javascript"} {
 				it, err := be.NewInterpreter(context.Background(), lang, "")
 				require.NoError(t, err)

@@ -38,7 +38,7 @@ if [ -f "$out/built" ] && [ -x "$out/runsc" ] && [ -x "$out/containerd-shim-runs
 	exit 0
 fi
 
-say "building gvisor.dev/gvisor $version into $out (cold: about 1–2 minutes on 2 cores)"
+say "building gvisor.dev/gvisor $version into $out (cold: about 2-3 minutes on 2 quiet cores)"
 work=$(mktemp -d "$cache/work.XXXXXX")
 trap 'chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"' EXIT
 

@@ -3,7 +3,7 @@
 # archive OUT.tar: a Debian bookworm rootfs (minbase plus python3, nodejs,
 # bash, coreutils, procps, curl, ca-certificates; no docs, man pages or
 # locales; no apt lists) made by mmdebstrap from the Debian mirror this
-# machine's apt uses, packed by internal/ocienv/cmd/ociarchive into one gzip
+# machine's apt uses, packed by internal/ociarchive/cmd/ociarchive into one gzip
 # layer (reproducible for the same packages).
 #
 #   build-image.sh OUT.tar
@@ -85,7 +85,7 @@ inputs=$(
 		echo "name=$name suite=$suite arch=$arch packages=$packages epoch=$epoch"
 		printf '%s\n' "${mirrors[@]}"
 		# the packer's sources, not its tests
-		find "$repo/internal/ocienv/ociarchive" "$repo/internal/ocienv/cmd/ociarchive" -name '*.go' ! -name '*_test.go' |
+		find "$repo/internal/ociarchive" "$repo/internal/ociarchive/cmd/ociarchive" -name '*.go' ! -name '*_test.go' |
 			sort | xargs cat | cat "$0" - | sha256sum | awk '{print $1}'
 	} | sha256sum | awk '{print $1}'
 )
@@ -127,7 +127,7 @@ SOURCE_DATE_EPOCH=$epoch mmdebstrap \
 	exit 1
 }
 mid=$(date +%s.%N)
-(cd "$repo" && go build -o "$work/ociarchive" ./internal/ocienv/cmd/ociarchive)
+(cd "$repo" && go build -o "$work/ociarchive" ./internal/ociarchive/cmd/ociarchive)
 "$work/ociarchive" -rootfs "$work/rootfs.tar" -o "$work/image.tar" -name "$name" \
 	-created "$epoch" -arch "$arch" -cmd '["/bin/bash"]' \
 	-created-by "mmdebstrap --variant=minbase --include=$packages $suite" >"$work/result.json"

@@ -143,8 +143,17 @@ start() {
 		write_shim "$gvisor"
 	fi
 	if pid=$(running_pid); then
-		wait_answer "$pid"
-		return 0
+		# A containerd started by an older version of this script lacks
+		# DATA_DIR/bin on its PATH and would never find gVisor's shim:
+		# restart it (running containers keep their shims).
+		local envpath
+		envpath=$(tr '\0' '\n' <"/proc/$pid/environ" | grep '^PATH=' || true)
+		if [ -z "$gvisor" ] || [ "${envpath#"PATH=$data/bin:"}" != "$envpath" ]; then
+			wait_answer "$pid"
+			return 0
+		fi
+		echo "containerd.sh: restarting the containerd under $dir: its PATH lacks $data/bin (gVisor's shim)" >&2
+		stop
 	fi
 	write_config
 	rm -f "$sock" "$sock.ttrpc"

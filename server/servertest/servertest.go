@@ -14,11 +14,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hybox-dev/hybox/internal/apitest"
-	"github.com/hybox-dev/hybox/internal/testenv"
 	"github.com/hybox-dev/hybox/runtimes"
 	"github.com/hybox-dev/hybox/runtimes/wasm"
+	"github.com/hybox-dev/hybox/runtimes/wasm/wasmtest"
 	"github.com/hybox-dev/hybox/sdks"
+	"github.com/hybox-dev/hybox/sdks/apitest"
 	"github.com/hybox-dev/hybox/server"
 	"github.com/hybox-dev/hybox/vault"
 )
@@ -42,11 +42,11 @@ type Server struct {
 func New(tb testing.TB) *Server {
 	tb.Helper()
 	ctx := context.Background()
-	rt, stop, err := wasm.Setup(ctx, wasm.SetupOptions{Engine: testenv.Engine(tb), PythonPool: 1})
+	rt, stop, err := wasm.Setup(ctx, wasm.SetupOptions{Engine: wasmtest.Engine(tb), PythonPool: 1})
 	if err != nil {
 		tb.Fatalf("servertest: wasm backend: %v", err)
 	}
-	router, err := runtimes.NewRouter([]runtimes.Runtime{rt}, runtimes.BuiltinImageRules, "")
+	router, err := runtimes.NewSelector([]runtimes.Runtime{rt}, runtimes.BuiltinImageRules, "")
 	if err != nil {
 		_ = stop()
 		tb.Fatalf("servertest: router: %v", err)
@@ -56,7 +56,7 @@ func New(tb testing.TB) *Server {
 		_ = stop()
 		tb.Fatalf("servertest: vault key: %v", err)
 	}
-	srv, err := server.New(ctx, server.Options{DataDir: tb.TempDir(), APIKey: APIKey, Router: router,
+	srv, err := server.New(ctx, server.Options{DataDir: tb.TempDir(), APIKey: APIKey, Runtimes: router,
 		ReapInterval: time.Hour, VaultKey: &key, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		_ = stop()

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/hybox-dev/hybox/execd"
-	"github.com/hybox-dev/hybox/internal/testenv"
+	"github.com/hybox-dev/hybox/runtimes/wasm/wasmtest"
 )
 
 // recorder is an execd.Output that keeps every event in order.
@@ -70,7 +70,7 @@ func (r *recorder) stdout() string {
 
 func newManager(t testing.TB, opts Options) *Manager {
 	t.Helper()
-	opts.Engine = testenv.Engine(t)
+	opts.Engine = wasmtest.Engine(t)
 	m, err := NewManager(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/hybox-dev/hybox/execd"
-	"github.com/hybox-dev/hybox/internal/testenv"
+	"github.com/hybox-dev/hybox/runtimes/wasm/wasmtest"
 )
 
 // recorder is an execd.Output that keeps everything, safe to read from the
@@ -53,7 +53,7 @@ func (r *recorder) out() (stdout, stderr string, results []map[string]string) {
 // newManager returns a Manager on the shared test engine, closed at cleanup.
 func newManager(t testing.TB, opts Options) *Manager {
 	t.Helper()
-	opts.Engine = testenv.Engine(t)
+	opts.Engine = wasmtest.Engine(t)
 	m, err := NewManager(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)

@@ -12,12 +12,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hybox-dev/hybox/internal/testenv"
-	"github.com/hybox-dev/hybox/runtimes/wasm/engine"
 	"github.com/tetratelabs/wazero"
 	experimentalsys "github.com/tetratelabs/wazero/experimental/sys"
 	"github.com/tetratelabs/wazero/experimental/sysfs"
 	"github.com/tetratelabs/wazero/sys"
+
+	"github.com/hybox-dev/hybox/runtimes/wasm/engine"
+	"github.com/hybox-dev/hybox/runtimes/wasm/wasmtest"
 )
 
 // pyResult is what a CPython guest run produced.
@@ -69,7 +70,7 @@ func runPython(t *testing.T, e *engine.Engine, fsys experimentalsys.FS, stdin io
 // mustPython runs code and fails the test unless it exits 0.
 func mustPython(t *testing.T, fsys experimentalsys.FS, code string) string {
 	t.Helper()
-	res := runPython(t, testenv.Engine(t), fsys, nil, nil, code)
+	res := runPython(t, wasmtest.Engine(t), fsys, nil, nil, code)
 	if res.exit != 0 {
 		t.Fatalf("python exited %d\nstdout: %s\nstderr: %s", res.exit, res.stdout, res.stderr)
 	}
@@ -204,7 +205,7 @@ func TestPythonEscapes(t *testing.T) {
 	if err := os.Symlink("hostdata.txt", filepath.Join(dir, "ws", "hostin")); err != nil {
 		t.Fatal(err)
 	}
-	res := runPython(t, testenv.Engine(t), New(root), nil, nil, pyPrelude+`
+	res := runPython(t, wasmtest.Engine(t), New(root), nil, nil, pyPrelude+`
 secret = sys.argv[1] if len(sys.argv) > 1 else None
 OUT = '`+outside+`'
 for p in ['/../../etc/passwd', '/../outside/secret.txt', '/ws/../../outside/secret.txt',
@@ -284,7 +285,7 @@ print(fails(os.stat, '/x.txt'))
 		stdinR, stdinW := io.Pipe()
 		stdoutR, stdoutW := io.Pipe()
 		done := make(chan pyResult, 1)
-		e := testenv.Engine(t)
+		e := wasmtest.Engine(t)
 		go func() {
 			defer stdoutW.Close()
 			done <- runPython(t, e, s, stdinR, stdoutW, pyPrelude+`

@@ -180,15 +180,15 @@ func TestSandboxListGet(t *testing.T) {
 	r.check(t, 0)
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
 	require.Len(t, lines, 3, r.stdout)
-	assert.Regexp(t, `^ID\s+STATE\s+IMAGE\s+CREATED\s+EXPIRES$`, lines[0])
-	assert.Contains(t, r.stdout, a)
+	assert.Regexp(t, `^ID\s+STATE\s+IMAGE\s+RUNTIME\s+CREATED\s+EXPIRES$`, lines[0])
+	assert.Regexp(t, a+`\s+Running\s+wasm://default\s+wasm\s`, r.stdout)
 	assert.Contains(t, r.stdout, b)
 
 	r = live(t, srv, "", "sandbox", "list", "--metadata", "team=ml")
 	r.check(t, 0)
 	lines = strings.Split(strings.TrimSpace(r.stdout), "\n")
 	require.Len(t, lines, 2, r.stdout)
-	assert.Regexp(t, `^`+a+`\s+Running\s+wasm://default\s+\d{4}-\d\d-\d\dT\S+Z\s+-$`, lines[1])
+	assert.Regexp(t, `^`+a+`\s+Running\s+wasm://default\s+wasm\s+\d{4}-\d\d-\d\dT\S+Z\s+-$`, lines[1])
 
 	r = live(t, srv, "", "sandbox", "list", "--state", "Paused", "--state", "Pausing")
 	r.check(t, 0)

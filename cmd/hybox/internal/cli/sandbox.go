@@ -166,9 +166,10 @@ func (a *app) newListCmd() *cobra.Command {
 				return writeValue(a.env.Stdout, l)
 			}
 			tw := tabwriter.NewWriter(a.env.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tSTATE\tIMAGE\tCREATED\tEXPIRES")
+			fmt.Fprintln(tw, "ID\tSTATE\tIMAGE\tRUNTIME\tCREATED\tEXPIRES")
 			for _, sb := range l.Items {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", sb.ID, dash(string(sb.Status.State)), dash(sb.Image.URI), formatTime(sb.CreatedAt), formatTime(sb.ExpiresAt))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", sb.ID, dash(string(sb.Status.State)), dash(sb.Image.URI),
+					dash(sb.Extensions[hybox.RuntimeExtension]), formatTime(sb.CreatedAt), formatTime(sb.ExpiresAt))
 			}
 			if err := tw.Flush(); err != nil {
 				return err

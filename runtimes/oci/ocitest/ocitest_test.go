@@ -1,4 +1,4 @@
-package ocienv_test
+package ocitest_test
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 	"github.com/containerd/containerd/v2/pkg/oci"
 	"github.com/containerd/errdefs"
 
-	"github.com/hybox-dev/hybox/internal/ocienv"
+	"github.com/hybox-dev/hybox/runtimes/oci/ocitest"
 )
 
 // containerID is unique per test and process, so test packages sharing
@@ -29,26 +29,26 @@ func containerID(t *testing.T, suffix string) string {
 
 // assertGone fails t when containerd still knows container id or its
 // snapshot, or the host still has anything of it.
-func assertGone(t *testing.T, c *containerd.Client, rt ocienv.Runtime, id string) {
+func assertGone(t *testing.T, c *containerd.Client, rt ocitest.Runtime, id string) {
 	t.Helper()
-	ctx := namespaces.WithNamespace(context.Background(), ocienv.Namespace)
+	ctx := namespaces.WithNamespace(context.Background(), ocitest.Namespace)
 	if _, err := c.LoadContainer(ctx, id); !errdefs.IsNotFound(err) {
 		t.Errorf("container %s still exists (err %v)", id, err)
 	}
-	if _, err := c.SnapshotService(ocienv.Snapshotter).Stat(ctx, id); !errdefs.IsNotFound(err) {
+	if _, err := c.SnapshotService(ocitest.Snapshotter).Stat(ctx, id); !errdefs.IsNotFound(err) {
 		t.Errorf("snapshot %s still exists (err %v)", id, err)
 	}
-	if left := ocienv.Leftovers(ocienv.Namespace, rt, id); len(left) > 0 {
+	if left := ocitest.Leftovers(ocitest.Namespace, rt, id); len(left) > 0 {
 		t.Errorf("left behind for %s:\n  %s", id, strings.Join(left, "\n  "))
 	}
 }
 
 func TestContainerdAnswers(t *testing.T) {
-	sock := ocienv.Containerd(t)
-	if sock != ocienv.Socket() {
-		t.Fatalf("socket %s, want %s", sock, ocienv.Socket())
+	sock := ocitest.Containerd(t)
+	if sock != ocitest.Socket() {
+		t.Fatalf("socket %s, want %s", sock, ocitest.Socket())
 	}
-	c := ocienv.Client(t, sock, ocienv.Namespace)
+	c := ocitest.Client(t, sock, ocitest.Namespace)
 	v, err := c.Version(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -58,35 +58,35 @@ func TestContainerdAnswers(t *testing.T) {
 	}
 	t.Logf("containerd %s (%s)", v.Version, v.Revision)
 	// The script is idempotent: start again and status both succeed.
-	g := ocienv.GVisor(t)
+	g := ocitest.GVisor(t)
 	if g.Dir == "" {
 		t.Fatalf("no gVisor build: %v", g.Err)
 	}
-	for _, args := range [][]string{{"start", ocienv.DataDir(), g.Dir}, {"status", ocienv.DataDir()}} {
-		out, err := exec.Command("bash", append([]string{ocienv.RepoRoot() + "/scripts/containers/containerd.sh"}, args...)...).CombinedOutput()
+	for _, args := range [][]string{{"start", ocitest.DataDir(), g.Dir}, {"status", ocitest.DataDir()}} {
+		out, err := exec.Command("bash", append([]string{ocitest.RepoRoot() + "/scripts/containers/containerd.sh"}, args...)...).CombinedOutput()
 		if err != nil {
 			t.Fatalf("containerd.sh %v: %v\n%s", args, err, out)
 		}
 	}
-	shim := filepath.Join(ocienv.DataDir(), "bin", "containerd-shim-runsc-v1")
+	shim := filepath.Join(ocitest.DataDir(), "bin", "containerd-shim-runsc-v1")
 	if fi, err := os.Stat(shim); err != nil || fi.Mode()&0o111 == 0 {
 		t.Fatalf("gVisor shim wrapper %s: %v", shim, err)
 	}
 }
 
 func TestPythonPrintUnderEachRuntime(t *testing.T) {
-	sock := ocienv.Containerd(t)
-	image := ocienv.Image(t, sock)
-	c := ocienv.Client(t, sock, ocienv.Namespace)
-	if ocienv.Runsc().Binary == "" {
-		t.Fatalf("no gVisor build: %v", ocienv.GVisor(t).Err)
+	sock := ocitest.Containerd(t)
+	image := ocitest.Image(t, sock)
+	c := ocitest.Client(t, sock, ocitest.Namespace)
+	if ocitest.Runsc().Binary == "" {
+		t.Fatalf("no gVisor build: %v", ocitest.GVisor(t).Err)
 	}
 	for _, tc := range []struct {
 		name string
-		rt   ocienv.Runtime
+		rt   ocitest.Runtime
 	}{
-		{name: "runc", rt: ocienv.Runc()},
-		{name: "runsc", rt: ocienv.Runsc()},
+		{name: "runc", rt: ocitest.Runc()},
+		{name: "runsc", rt: ocitest.Runsc()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -94,7 +94,7 @@ func TestPythonPrintUnderEachRuntime(t *testing.T) {
 			id := containerID(t, "py")
 			// twice: the first run also starts the runtime's caches
 			for i := range 2 {
-				res, err := ocienv.Run(ctx, c, tc.rt, ocienv.Namespace, image, id, "python3", "-c", "print(6*7)")
+				res, err := ocitest.Run(ctx, c, tc.rt, ocitest.Namespace, image, id, "python3", "-c", "print(6*7)")
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -109,9 +109,9 @@ func TestPythonPrintUnderEachRuntime(t *testing.T) {
 }
 
 func TestImageContents(t *testing.T) {
-	sock := ocienv.Containerd(t)
-	image := ocienv.Image(t, sock)
-	c := ocienv.Client(t, sock, ocienv.Namespace)
+	sock := ocitest.Containerd(t)
+	image := ocitest.Image(t, sock)
+	c := ocitest.Client(t, sock, ocitest.Namespace)
 	for _, tc := range []struct {
 		name     string
 		args     []string
@@ -129,7 +129,7 @@ func TestImageContents(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			res, err := ocienv.Run(ctx, c, ocienv.Runc(), ocienv.Namespace, image, containerID(t, "img"), tc.args...)
+			res, err := ocitest.Run(ctx, c, ocitest.Runc(), ocitest.Namespace, image, containerID(t, "img"), tc.args...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -141,8 +141,8 @@ func TestImageContents(t *testing.T) {
 }
 
 func TestRuntimesWorkHere(t *testing.T) {
-	sock := ocienv.Containerd(t)
-	got := ocienv.Runtimes(t, sock)
+	sock := ocitest.Containerd(t)
+	got := ocitest.Runtimes(t, sock)
 	for _, want := range []string{"runc", "runsc"} {
 		if !slices.Contains(got, want) {
 			t.Errorf("runtime %s does not work here (working: %v)", want, got)
@@ -155,26 +155,26 @@ func TestRuntimesWorkHere(t *testing.T) {
 // exactly the half-created state DESIGN.md warns about. Cleanup must
 // remove it all.
 func TestCleanupAfterFailedRunscStart(t *testing.T) {
-	sock := ocienv.Containerd(t)
-	image := ocienv.Image(t, sock)
-	c := ocienv.Client(t, sock, ocienv.Namespace)
-	plain := ocienv.Runsc()
+	sock := ocitest.Containerd(t)
+	image := ocitest.Image(t, sock)
+	c := ocitest.Client(t, sock, ocitest.Namespace)
+	plain := ocitest.Runsc()
 	if plain.Binary == "" {
-		t.Fatalf("no gVisor build: %v", ocienv.GVisor(t).Err)
+		t.Fatalf("no gVisor build: %v", ocitest.GVisor(t).Err)
 	}
 	const missing = "/no/such/program"
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	ctx = namespaces.WithNamespace(ctx, ocienv.Namespace)
+	ctx = namespaces.WithNamespace(ctx, ocitest.Namespace)
 
 	t.Run("by hand", func(t *testing.T) {
 		id := containerID(t, "bad")
-		t.Cleanup(func() { _ = ocienv.Cleanup(context.Background(), c, ocienv.Namespace, plain, id) })
+		t.Cleanup(func() { _ = ocitest.Cleanup(context.Background(), c, ocitest.Namespace, plain, id) })
 		img, err := c.GetImage(ctx, image)
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctr, err := c.NewContainer(ctx, id, containerd.WithImage(img), containerd.WithSnapshotter(ocienv.Snapshotter),
+		ctr, err := c.NewContainer(ctx, id, containerd.WithImage(img), containerd.WithSnapshotter(ocitest.Snapshotter),
 			containerd.WithNewSnapshot(id, img), plain.ContainerOpt(),
 			containerd.WithNewSpec(append([]oci.SpecOpts{oci.WithImageConfig(img), oci.WithProcessArgs(missing)}, plain.SpecOpts()...)...))
 		if err != nil {
@@ -188,13 +188,13 @@ func TestCleanupAfterFailedRunscStart(t *testing.T) {
 			t.Fatal("runsc started a program that does not exist; this test needs a start that fails")
 		}
 		t.Logf("start failed as intended: %v", err)
-		left := ocienv.Leftovers(ocienv.Namespace, plain, id)
+		left := ocitest.Leftovers(ocitest.Namespace, plain, id)
 		if len(left) == 0 {
 			t.Fatal("the failed start left nothing behind; the failure mode this test guards against changed")
 		}
 		t.Logf("before cleanup:\n  %s", strings.Join(left, "\n  "))
 		begin := time.Now()
-		if err := ocienv.Cleanup(ctx, c, ocienv.Namespace, plain, id); err != nil {
+		if err := ocitest.Cleanup(ctx, c, ocitest.Namespace, plain, id); err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("cleanup took %v", time.Since(begin).Round(time.Millisecond))
@@ -204,7 +204,7 @@ func TestCleanupAfterFailedRunscStart(t *testing.T) {
 	t.Run("through Run", func(t *testing.T) {
 		id := containerID(t, "bad")
 		// Run wraps a runsc program in sh (see Run), which reports 127.
-		res, err := ocienv.Run(ctx, c, plain, ocienv.Namespace, image, id, missing)
+		res, err := ocitest.Run(ctx, c, plain, ocitest.Namespace, image, id, missing)
 		if err == nil && res.ExitCode == 0 {
 			t.Fatal("Run of a program that does not exist succeeded")
 		}
@@ -214,21 +214,21 @@ func TestCleanupAfterFailedRunscStart(t *testing.T) {
 
 // Cleanup of a container that is still running kills it.
 func TestCleanupRunningContainer(t *testing.T) {
-	sock := ocienv.Containerd(t)
-	image := ocienv.Image(t, sock)
-	c := ocienv.Client(t, sock, ocienv.Namespace)
-	for _, rt := range []ocienv.Runtime{ocienv.Runc(), ocienv.Runsc()} {
+	sock := ocitest.Containerd(t)
+	image := ocitest.Image(t, sock)
+	c := ocitest.Client(t, sock, ocitest.Namespace)
+	for _, rt := range []ocitest.Runtime{ocitest.Runc(), ocitest.Runsc()} {
 		t.Run(rt.Name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			ctx = namespaces.WithNamespace(ctx, ocienv.Namespace)
+			ctx = namespaces.WithNamespace(ctx, ocitest.Namespace)
 			id := containerID(t, "sleep")
-			t.Cleanup(func() { _ = ocienv.Cleanup(context.Background(), c, ocienv.Namespace, rt, id) })
+			t.Cleanup(func() { _ = ocitest.Cleanup(context.Background(), c, ocitest.Namespace, rt, id) })
 			img, err := c.GetImage(ctx, image)
 			if err != nil {
 				t.Fatal(err)
 			}
-			ctr, err := c.NewContainer(ctx, id, containerd.WithImage(img), containerd.WithSnapshotter(ocienv.Snapshotter),
+			ctr, err := c.NewContainer(ctx, id, containerd.WithImage(img), containerd.WithSnapshotter(ocitest.Snapshotter),
 				containerd.WithNewSnapshot(id, img), rt.ContainerOpt(),
 				containerd.WithNewSpec(append([]oci.SpecOpts{oci.WithImageConfig(img), oci.WithProcessArgs("sleep", "600")}, rt.SpecOpts()...)...))
 			if err != nil {
@@ -241,7 +241,7 @@ func TestCleanupRunningContainer(t *testing.T) {
 			if err := task.Start(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if err := ocienv.Cleanup(ctx, c, ocienv.Namespace, rt, id); err != nil {
+			if err := ocitest.Cleanup(ctx, c, ocitest.Namespace, rt, id); err != nil {
 				t.Fatal(err)
 			}
 			assertGone(t, c, rt, id)

@@ -26,18 +26,18 @@ var BuiltinImageRules = []ImageRule{
 // runtime runs OCI images (containers).
 const WasmRuntime = "wasm"
 
-// Router picks the runtime of a sandbox and never guesses:
+// Selector picks the runtime of a sandbox and never guesses:
 // extensions["hybox.io/runtime"] wins; then the first matching image rule
 // (configured rules, then BuiltinImageRules: wasm:// images and the code
 // interpreter images go to wasm); any other image is an OCI image
 // reference and goes to the container default.
-type Router struct {
+type Selector struct {
 	runtimes map[string]Runtime
 	rules    []ImageRule
 	ociDef   string
 }
 
-// NewRouter builds a router. Rules are tried in order (configured rules
+// NewSelector builds a Selector. Rules are tried in order (configured rules
 // should come before BuiltinImageRules). ociDefault is the container
 // runtime of OCI images no rule names ("" = "runc"); it need not be
 // registered: when it is not, creating such a sandbox fails with a clear
@@ -45,14 +45,14 @@ type Router struct {
 //
 // # Errors
 // When ociDefault is the wasm runtime.
-func NewRouter(rts []Runtime, rules []ImageRule, ociDefault string) (*Router, error) {
+func NewSelector(rts []Runtime, rules []ImageRule, ociDefault string) (*Selector, error) {
 	if ociDefault == "" {
 		ociDefault = "runc"
 	}
 	if ociDefault == WasmRuntime {
 		return nil, fmt.Errorf("the container default runtime (oci.default_runtime) must be a container runtime such as runc or runsc, not %q; wasm sandboxes are chosen by their image (wasm://...) or an image rule", ociDefault)
 	}
-	r := &Router{runtimes: map[string]Runtime{}, rules: rules, ociDef: ociDefault}
+	r := &Selector{runtimes: map[string]Runtime{}, rules: rules, ociDef: ociDefault}
 	for _, rt := range rts {
 		r.runtimes[rt.Name()] = rt
 	}
@@ -60,10 +60,10 @@ func NewRouter(rts []Runtime, rules []ImageRule, ociDefault string) (*Router, er
 }
 
 // ContainerDefault is the runtime of OCI images no rule names.
-func (r *Router) ContainerDefault() string { return r.ociDef }
+func (r *Selector) ContainerDefault() string { return r.ociDef }
 
 // Names lists the registered runtimes.
-func (r *Router) Names() []string {
+func (r *Selector) Names() []string {
 	var out []string
 	for n := range r.runtimes {
 		out = append(out, n)
@@ -73,7 +73,7 @@ func (r *Router) Names() []string {
 }
 
 // Get returns the runtime called name.
-func (r *Router) Get(name string) (Runtime, bool) {
+func (r *Selector) Get(name string) (Runtime, bool) {
 	rt, ok := r.runtimes[name]
 	return rt, ok
 }
@@ -85,7 +85,7 @@ func (r *Router) Get(name string) (Runtime, bool) {
 // runtime it goes to is not available (no container backend at all:
 // "image python:3.12 needs a container runtime; this server has none");
 // the runtime's Validate error.
-func (r *Router) Select(spec Spec) (Runtime, error) {
+func (r *Selector) Select(spec Spec) (Runtime, error) {
 	name, byDefault := r.pick(spec)
 	rt, ok := r.runtimes[name]
 	switch {
@@ -105,7 +105,7 @@ func (r *Router) Select(spec Spec) (Runtime, error) {
 
 // pick names the runtime for spec; byDefault reports that it is the
 // container default (no extension, no rule).
-func (r *Router) pick(spec Spec) (name string, byDefault bool) {
+func (r *Selector) pick(spec Spec) (name string, byDefault bool) {
 	if n := strings.TrimSpace(spec.Extensions[ExtensionRuntime]); n != "" {
 		return strings.ToLower(n), false
 	}
@@ -118,7 +118,7 @@ func (r *Router) pick(spec Spec) (name string, byDefault bool) {
 }
 
 // hasContainers reports whether any container runtime is registered.
-func (r *Router) hasContainers() bool {
+func (r *Selector) hasContainers() bool {
 	for n := range r.runtimes {
 		if n != WasmRuntime {
 			return true

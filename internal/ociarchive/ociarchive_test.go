@@ -17,8 +17,8 @@ import (
 	"github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 
-	"github.com/hybox-dev/hybox/internal/ocienv"
-	"github.com/hybox-dev/hybox/internal/ocienv/ociarchive"
+	"github.com/hybox-dev/hybox/internal/ociarchive"
+	"github.com/hybox-dev/hybox/runtimes/oci/ocitest"
 )
 
 var created = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -271,11 +271,11 @@ func TestPackStopsOnCancel(t *testing.T) {
 // The archive imports into a real containerd under the name in the index
 // and unpacks to overlayfs.
 func TestContainerdImportsArchive(t *testing.T) {
-	sock := ocienv.Containerd(t)
+	sock := ocitest.Containerd(t)
 	const ns = "hybox-test-ociarchive"
 	const name = "localhost/hybox/ociarchive-test:1"
 	archive, res := pack(t, name)
-	c := ocienv.Client(t, sock, ns)
+	c := ocitest.Client(t, sock, ns)
 	ctx := namespaces.WithNamespace(context.Background(), ns)
 	t.Cleanup(func() {
 		_ = c.ImageService().Delete(ctx, name, images.SynchronousDelete())
@@ -292,7 +292,7 @@ func TestContainerdImportsArchive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := img.Unpack(ctx, ocienv.Snapshotter); err != nil {
+	if err := img.Unpack(ctx, ocitest.Snapshotter); err != nil {
 		t.Fatal(err)
 	}
 	diffs, err := img.RootFS(ctx)

@@ -1,4 +1,4 @@
-package ocienv
+package ocitest
 
 import (
 	"bytes"

@@ -51,7 +51,7 @@ func TestRouterSelect(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			r, err := NewRouter(tc.rts, rules, tc.ociDefault)
+			r, err := NewSelector(tc.rts, rules, tc.ociDefault)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -70,7 +70,7 @@ func TestRouterSelect(t *testing.T) {
 			}
 		})
 	}
-	if _, err := NewRouter([]Runtime{wasm}, nil, "wasm"); err == nil {
+	if _, err := NewSelector([]Runtime{wasm}, nil, "wasm"); err == nil {
 		t.Fatal("NewRouter accepted wasm as the container default")
 	}
 }

@@ -20,7 +20,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hybox-dev/hybox/internal/ocienv/ociarchive"
+	"github.com/hybox-dev/hybox/internal/ociarchive"
 )
 
 func main() {

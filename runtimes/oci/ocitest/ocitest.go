@@ -1,4 +1,4 @@
-// Package ocienv gives tests of the container backend a real environment: a
+// Package ocitest gives tests of the container backend a real environment: a
 // private containerd (started once per machine through
 // scripts/containers/containerd.sh and shared by every test package), the
 // test image localhost/hybox/python:3-bookworm (built by
@@ -11,7 +11,7 @@
 // Tests that need it skip, with the reason, when not run as root or when
 // Debian's packages are missing; with HYBOX_REQUIRE_CONTAINERS set (CI) they
 // fail instead, so a misconfigured machine never passes silently.
-package ocienv
+package ocitest
 
 import (
 	"bytes"
@@ -94,7 +94,7 @@ func RunscConfig() string { return filepath.Join(DataDir(), "runsc.toml") }
 // directory to go.mod.
 func RepoRoot() string {
 	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
-		return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+		return filepath.Clean(filepath.Join(filepath.Dir(file), "..", "..", ".."))
 	}
 	dir, _ := os.Getwd()
 	for d := dir; ; d = filepath.Dir(d) {

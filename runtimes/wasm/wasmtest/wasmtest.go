@@ -1,6 +1,6 @@
-// Package testenv locates test fixtures shared across packages: the pinned
+// Package wasmtest locates test fixtures shared across packages: the pinned
 // guest interpreters fetched by `make guests`, and a per-test wasm engine.
-package testenv
+package wasmtest
 
 import (
 	"context"

@@ -1,0 +1,55 @@
+// Wire types of the protocol document, named. They all come from schema.gen.ts,
+// which openapi-typescript generates from sdks/openapi.yaml.
+import type { components } from "./schema.gen.js";
+
+type S = components["schemas"];
+
+export type SandboxInfo = S["Sandbox"];
+export type SandboxState = S["SandboxState"];
+export type CreateSandboxRequest = S["CreateSandboxRequest"];
+export type ImageSpec = S["ImageSpec"];
+export type ListSandboxesResponse = S["ListSandboxesResponse"];
+export type Pagination = S["Pagination"];
+export type MetadataPatch = S["MetadataPatch"];
+export type Endpoint = S["Endpoint"];
+export type Event = S["Event"];
+export type EventType = S["EventType"];
+export type ExecError = S["ExecError"];
+export type MimeBundle = S["MimeBundle"];
+export type Language = S["Language"];
+export type CommandRequest = S["CommandRequest"];
+export type CommandStatus = S["CommandStatus"];
+export type SessionRequest = S["SessionRequest"];
+export type SessionCreated = S["SessionCreated"];
+export type SessionRunRequest = S["SessionRunRequest"];
+export type CodeContext = S["CodeContext"];
+export type CodeContextRequest = S["CodeContextRequest"];
+export type CodeRunRequest = S["CodeRunRequest"];
+export type RunRequest = S["RunRequest"];
+export type RunResult = S["RunResult"];
+export type Metrics = S["Metrics"];
+export type PtyRequest = S["PtyRequest"];
+export type PtyCreated = S["PtyCreated"];
+export type PtyClientMessage = S["PtyClientMessage"];
+export type PtyServerMessage = S["PtyServerMessage"];
+export type PtyStatus = S["PtyStatus"];
+export type FileInfo = S["FileInfo"];
+export type FileMode = S["FileMode"];
+export type Permission = S["Permission"];
+export type MoveItem = S["MoveItem"];
+export type ReplaceItem = S["ReplaceItem"];
+export type ReplaceResult = S["ReplaceResult"];
+export type NetworkPolicy = S["NetworkPolicy"];
+export type EgressRule = S["EgressRule"];
+export type PolicyStatus = S["PolicyStatus"];
+export type VaultCreateRequest = S["VaultCreateRequest"];
+export type VaultPatchRequest = S["VaultPatchRequest"];
+export type VaultState = S["VaultState"];
+export type VaultCredential = S["VaultCredential"];
+export type VaultBinding = S["VaultBinding"];
+export type VaultCredentialInfo = S["VaultCredentialInfo"];
+export type VaultBindingInfo = S["VaultBindingInfo"];
+export type VaultCredentialList = S["VaultCredentialList"];
+export type VaultBindingList = S["VaultBindingList"];
+export type ErrorBody = S["Error"];
+export type ErrorCode = S["ErrorCode"];
