@@ -70,6 +70,8 @@ func TestBadInputIsRejected(t *testing.T) {
 			body: map[string]any{"cwd": "/no/such/dir"}, status: 404, code: "FILE_NOT_FOUND", mention: "cwd"},
 		{name: "code context in a missing directory", execd: true, method: "POST", path: "/code/context",
 			body: map[string]any{"language": "python", "cwd": "/no/such/dir"}, status: 404, code: "FILE_NOT_FOUND", mention: "cwd"},
+		{name: "empty state", method: "GET", path: "/v1/sandboxes?state=",
+			status: 400, code: "INVALID_REQUEST", mention: "state"},
 		{name: "empty page", method: "GET", path: "/v1/sandboxes?page=",
 			status: 400, code: "INVALID_REQUEST", mention: "page"},
 		{name: "empty env name", method: "POST", path: "/v1/sandboxes", body: `{"image":{"uri":"wasm://default"},"env":{"":"x"}}`,

@@ -246,6 +246,10 @@ func (s *Server) listSandboxes(c *gin.Context) {
 	q := c.Request.URL.Query()
 	states := map[string]bool{}
 	for _, v := range q["state"] {
+		if strings.TrimSpace(v) == "" {
+			s.abortErr(c, badRequest(fmt.Sprintf("state must name a state (known: %s), not be empty", strings.Join(allStates, ", "))))
+			return
+		}
 		for _, st := range strings.Split(v, ",") {
 			if st = strings.TrimSpace(st); st != "" {
 				canon := ""
