@@ -18,7 +18,7 @@ API_KEY_FILE ?= $(CURDIR)/build/api-key
 VAULT_KEY_FILE ?= $(CURDIR)/build/vault-key
 export HYBOX_GUEST_DIR := $(GUEST_DIR)
 
-.PHONY: all build guests run stop test test-unit test-sdk test-sdk-js test-sdk-parity test-e2e test-fuzz bench bench-sdk-js check generate fmt vet clean deps containers-deps gvisor containerd containerd-stop image sdk-js-deps
+.PHONY: all build guests run stop test test-unit test-sdk test-sdk-js test-sdk-python test-sdk-parity test-e2e test-fuzz bench bench-sdk-js bench-sdk-python check generate generate-python fmt vet clean deps containers-deps gvisor containerd containerd-stop image sdk-js-deps
 
 all: build
 
@@ -92,7 +92,7 @@ run: build $(API_KEY_FILE) $(VAULT_KEY_FILE) $(RUN_DEPS)
 		./scripts/containers/containerd.sh stop $(DATA_DIR); \
 	fi; exit $$rc
 
-test: test-unit test-sdk test-sdk-js test-sdk-parity test-e2e test-fuzz
+test: test-unit test-sdk test-sdk-js test-sdk-python test-sdk-parity test-e2e test-fuzz
 
 ifeq ($(IS_ROOT),yes)
 TEST_DEPS := containers-deps gvisor
@@ -136,7 +136,7 @@ test-e2e: build
 test-fuzz: build
 	@./scripts/fuzz-api.sh
 
-bench: build bench-sdk-js
+bench: build bench-sdk-js bench-sdk-python
 	@./scripts/bench.sh
 
 # The TypeScript SDK (sdks/js): its pinned tools and dependencies (npm ci),
@@ -160,6 +160,19 @@ test-sdk-parity: sdk-js-deps
 
 bench-sdk-js: build sdk-js-deps
 	cd $(SDK_JS) && npm run --silent build && HYBOX_BIN=$(CURDIR)/$(BIN) HYBOX_SDK_CONTAINERD=$(SDK_JS_CONTAINERD) node bench/bench.mjs
+
+# The Python SDK (sdks/python): wheel and sdist built, the wheel installed into a fresh
+# virtualenv under build/pysdk, mypy --strict, the suite against a real `hybox serve`.
+test-sdk-python: build
+	@./scripts/test-sdk-python.sh
+
+# Python SDK latencies (create -> first result, warm 1+1, overhead over raw httpx).
+bench-sdk-python: build
+	@./scripts/bench-sdk-python.sh
+
+# sdks/python/hybox/_models.py from the document, by the pinned datamodel-code-generator.
+generate-python:
+	@./scripts/test-sdk-python.sh --generate-only
 
 # The wire types are generated from the protocol document by oapi-codegen,
 # run with `go run` at the version pinned in sdks/go/api/doc.go.

@@ -175,6 +175,7 @@ func TestFilesDownload(t *testing.T) {
 	e := newFilesEnv(t, FilesOptions{})
 	e.write("data/file.bin", "0123456789", 0o644)
 	e.write("data/lines.txt", "one\ntwo\nthree\nfour\n", 0o644)
+	e.write("data/crlf.txt", "a\r\nb\r\n\r\nc", 0o644)
 	e.write("data/héllo wörld.txt", "x", 0o644)
 
 	r := e.do("GET", "/files/download?path=/data/file.bin", nil)
@@ -220,9 +221,11 @@ func TestFilesDownload(t *testing.T) {
 	lines := []struct {
 		name, query, want string
 	}{
-		{"offset and limit", "&offset=2&limit=2", "two\nthree\n"},
-		{"offset only", "&offset=3", "three\nfour\n"},
-		{"limit only", "&limit=1", "one\n"},
+		// Lines go out without their \n or \r\n, joined by \n, with no
+		// trailing newline (OpenSandbox's line reads).
+		{"offset and limit", "&offset=2&limit=2", "two\nthree"},
+		{"offset only", "&offset=3", "three\nfour"},
+		{"limit only", "&limit=1", "one"},
 		{"past the end", "&offset=10", ""},
 	}
 	for _, tt := range lines {
@@ -233,6 +236,11 @@ func TestFilesDownload(t *testing.T) {
 			assert.Equal(t, "text/plain; charset=utf-8", r.header.Get("Content-Type"))
 		})
 	}
+	t.Run("lines with crlf, an empty line and no final newline", func(t *testing.T) {
+		r := e.do("GET", "/files/download?path=/data/crlf.txt&offset=2&limit=3", nil)
+		require.Equal(t, http.StatusOK, r.status, "%s", r.body)
+		assert.Equal(t, "b\n\nc", string(r.body))
+	})
 
 	errs := []struct {
 		name, query string

@@ -2,6 +2,7 @@ package execd
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -310,18 +311,33 @@ func lineWindow(rawOffset, rawLimit string) (offset, limit int64, lines bool, er
 func copyLines(dst io.Writer, src io.Reader, offset, limit int64) error {
 	br := bufio.NewReaderSize(src, 64<<10)
 	line := int64(1)
+	atStart := true // the next chunk begins a line
+	wrote := false  // a line of the window has been written
 	for limit == 0 || line < offset+limit {
 		chunk, err := br.ReadSlice('\n')
-		if line >= offset && len(chunk) > 0 {
+		full := err == nil // the chunk ends its line
+		if full {
+			chunk = bytes.TrimSuffix(chunk[:len(chunk)-1], []byte("\r"))
+		}
+		// Each line goes out without its \n or \r\n, lines joined by \n (as
+		// OpenSandbox answers line reads): no trailing newline.
+		if line >= offset && (len(chunk) > 0 || full) {
+			if atStart && wrote {
+				if _, werr := dst.Write([]byte{'\n'}); werr != nil {
+					return werr
+				}
+			}
 			if _, werr := dst.Write(chunk); werr != nil {
 				return werr
 			}
+			wrote = true
 		}
 		switch {
 		case err == nil:
 			line++
+			atStart = true
 		case errors.Is(err, bufio.ErrBufferFull):
-			// The same line continues.
+			atStart = false // the same line continues
 		case errors.Is(err, io.EOF):
 			return nil
 		default:

@@ -382,3 +382,52 @@ func processesWith(t *testing.T, s string) int {
 	}
 	return n
 }
+
+// TestSessionRunCwd: a session run's own cwd holds for that run only (bash
+// sessions of containers; the wasm shell has the same test in server).
+func TestSessionRunCwd(t *testing.T) {
+	// In a container the executor's root is /; so it is here (the paths a
+	// session's shell sees are the host's).
+	root := t.TempDir()
+	for _, d := range []string{"a", "b"} {
+		if err := os.Mkdir(root+"/"+d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := osbackend.New(osbackend.Options{RootDir: "/", Env: os.Environ()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := execd.New(execd.Options{Executor: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(func() { srv.Close(); h.Close(); b.Close() })
+	post := func(path, body string) string {
+		t.Helper()
+		resp, err := http.Post(srv.URL+path, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: %d %s", path, resp.StatusCode, b)
+		}
+		return string(b)
+	}
+	var sess struct {
+		SessionID string `json:"session_id"`
+	}
+	if err := json.Unmarshal([]byte(post("/session", `{"cwd":"`+root+`/a"}`)), &sess); err != nil {
+		t.Fatal(err)
+	}
+	run := "/session/" + sess.SessionID + "/run"
+	if out := post(run, `{"command":"pwd; cd /; V=1","cwd":"`+root+`/b"}`); !strings.Contains(out, `"text":"`+root+`/b"`) {
+		t.Errorf("run with cwd b printed %s", out)
+	}
+	if out := post(run, `{"command":"pwd; echo v=$V"}`); !strings.Contains(out, `"text":"`+root+`/a"`) || !strings.Contains(out, `"text":"v=1"`) {
+		t.Errorf("the next run is not back in a with V kept: %s", out)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -88,6 +89,9 @@ func (m *sessionManager) run(w http.ResponseWriter, r *http.Request) {
 		writeError(w, CodeInvalidRequestBody, "timeout must not be negative")
 		return
 	}
+	if req.Cwd != "" {
+		src = inDir(req.Cwd, src)
+	}
 	if !s.run.TryLock() {
 		writeErr(w, fmt.Errorf("%w: session %s is running another command", ErrBusy, s.id))
 		return
@@ -134,6 +138,16 @@ func (m *sessionManager) run(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	send(st, Event{Type: EventExecutionComplete, ExecutionTime: time.Since(start).Milliseconds()})
+}
+
+// inDir wraps shell source src so that it runs in dir and the session's
+// own directory is restored afterwards; the exit status stays src's (or 1
+// when dir cannot be entered, with the shell's own message on stderr).
+// Variables src sets stay set, as in any run of the session.
+func inDir(dir, src string) string {
+	q := "'" + strings.ReplaceAll(dir, "'", `'\''`) + "'"
+	return "__hybox_pwd=$PWD\nif cd " + q + "; then\n" + src +
+		"\n__hybox_rc=$?; cd \"$__hybox_pwd\"; (exit $__hybox_rc)\nelse (exit 1); fi"
 }
 
 func (m *sessionManager) delete(w http.ResponseWriter, r *http.Request) {

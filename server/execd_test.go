@@ -236,6 +236,21 @@ func TestCommands(t *testing.T) {
 	st, b = h.execd(sb.ID, "POST", "/session/"+sess.SessionID+"/run", map[string]string{"command": "pwd; echo $X"})
 	require.Equal(t, 200, st)
 	assert.Equal(t, []string{"/tmp/s", "5"}, summarise(t, b).stdout)
+	// A run's own cwd holds for that run only, even when it cds; its
+	// variables and exit status are kept; a cwd that does not exist fails
+	// the run and leaves the session as it was.
+	st, b = h.execd(sb.ID, "POST", "/session/"+sess.SessionID+"/run", map[string]string{"command": "pwd; cd /; Y=7; (exit 3)", "cwd": "/workspace"})
+	require.Equal(t, 200, st)
+	out := summarise(t, b)
+	assert.Equal(t, []string{"/workspace"}, out.stdout)
+	require.NotNil(t, out.err)
+	assert.Equal(t, "3", out.err.EValue)
+	st, b = h.execd(sb.ID, "POST", "/session/"+sess.SessionID+"/run", map[string]string{"command": "pwd", "cwd": "/no/such/dir"})
+	require.Equal(t, 200, st)
+	require.NotNil(t, summarise(t, b).err)
+	st, b = h.execd(sb.ID, "POST", "/session/"+sess.SessionID+"/run", map[string]string{"command": "pwd; echo $X$Y"})
+	require.Equal(t, 200, st)
+	assert.Equal(t, []string{"/tmp/s", "57"}, summarise(t, b).stdout)
 	st, _ = h.execd(sb.ID, "DELETE", "/session/"+sess.SessionID, nil)
 	assert.Equal(t, 200, st)
 }

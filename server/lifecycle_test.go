@@ -152,6 +152,9 @@ func TestLifecycle(t *testing.T) {
 	assert.Empty(t, list("metadata="+url.QueryEscape("team=a&env=prod")))
 	assert.ElementsMatch(t, []string{sb.ID, other}, list("state=Running&state=Paused"))
 	assert.Empty(t, list("state=Paused"))
+	assert.ElementsMatch(t, []string{sb.ID, other}, list("state=rUNNING"), "states match case-insensitively")
+	assert.Empty(t, list("state=Allocated"), "a state no sandbox has matches nothing (no 400)")
+	assert.ElementsMatch(t, []string{sb.ID, other}, list("state=Allocated,running"), "an unknown state in a list leaves the others")
 
 	// Pagination.
 	st, b, _ = h.do("GET", "/v1/sandboxes?page=1&pageSize=1", nil)

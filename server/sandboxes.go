@@ -252,15 +252,14 @@ func (s *Server) listSandboxes(c *gin.Context) {
 		}
 		for _, st := range strings.Split(v, ",") {
 			if st = strings.TrimSpace(st); st != "" {
-				canon := ""
+				// Any state string is accepted, case-insensitively (as
+				// OpenSandbox does): one no sandbox has, such as a
+				// cluster's transient Allocated, matches nothing.
+				canon := "?" + strings.ToLower(st)
 				for _, known := range allStates {
 					if strings.EqualFold(known, st) {
 						canon = known
 					}
-				}
-				if canon == "" {
-					s.abortErr(c, badRequest(fmt.Sprintf("unknown state %q (known: %s)", st, strings.Join(allStates, ", "))))
-					return
 				}
 				states[canon] = true
 			}

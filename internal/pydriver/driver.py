@@ -14,7 +14,7 @@
 #
 # Replies (guest -> host, fd 1): MAGIC + one line of ASCII JSON + "\n".
 #   {"type": "ready"}                          once, after start-up
-#   {"type": "result", "data": {mime: str}}   value of a trailing expression
+#   {"type": "result", "data": {mime: str}}   a trailing expression's value, or display()
 #   {"type": "error", "ename", "evalue", "traceback": [str]}
 #   {"type": "done"}                           end of one exec request
 # Every other byte on fd 1 is the cell's stdout, written through as it is
@@ -105,6 +105,8 @@ _MIME_REPRS = (
     ("image/jpeg", "_repr_jpeg_"),
     ("text/latex", "_repr_latex_"),
     ("application/json", "_repr_json_"),
+    ("application/javascript", "_repr_javascript_"),
+    ("application/pdf", "_repr_pdf_"),
 )
 
 
@@ -112,34 +114,168 @@ _MIME_REPRS = (
 _PLAIN_TYPES = frozenset((int, float, complex, bool, str, bytes, list, tuple, dict, set, frozenset, range))
 
 
-def _mime_bundle(value):
-    bundle = {"text/plain": repr(value)}
-    if type(value) in _PLAIN_TYPES:
-        return bundle
-    for mime, meth in _MIME_REPRS:
-        fn = getattr(value, meth, None)
-        if fn is None or not callable(fn):
-            continue
+def _is_json_mime(mime):
+    return mime == "application/json" or mime.endswith("+json")
+
+
+def _is_text_mime(mime):
+    return mime.startswith("text/") or mime in ("image/svg+xml", "application/javascript") or mime.endswith("+xml")
+
+
+def _wire_value(mime, data):
+    """One representation as the wire carries it: a string. JSON types as JSON text, text
+    types as text, everything else (images, PDF) base64. None when it cannot be encoded."""
+    if _is_json_mime(mime):
+        if isinstance(data, (bytes, bytearray)):
+            data = bytes(data).decode("utf-8", "replace")
+        if isinstance(data, str):
+            return data  # JSON text already, as IPython accepts it
         try:
-            data = fn()
-        except Exception:
+            return json.dumps(data)
+        except (TypeError, ValueError):
+            return None
+    if isinstance(data, (bytes, bytearray)):
+        if _is_text_mime(mime):
+            return bytes(data).decode("utf-8", "replace")
+        return base64.b64encode(data).decode("ascii")
+    if isinstance(data, str):
+        return data  # text, or binary that is base64 already
+    return None
+
+
+def _call_repr(fn, *args):
+    """Calls a _repr_*_ method like IPython: an exception or None means "no such
+    representation" (the error is reported on stderr); a (data, metadata) pair gives data."""
+    try:
+        data = fn(*args)
+    except Exception as e:
+        print("hybox: %s failed: %s: %s" % (getattr(fn, "__name__", "repr"), type(e).__name__, e),
+              file=sys.stderr)
+        return None
+    if isinstance(data, tuple) and len(data) == 2:
+        data = data[0]
+    return data
+
+
+def _figure_png(fig):
+    """A matplotlib figure as PNG bytes (what IPython's inline backend shows)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", bbox_inches="tight")
+    return buf.getvalue()
+
+
+def _type_formatters(value):
+    """Representations for types that do not define _repr_*_ themselves but that Jupyter
+    still shows richly (matplotlib figures and axes, when matplotlib is loaded)."""
+    mpl = sys.modules.get("matplotlib.figure")
+    if mpl is None:
+        return {}
+    fig = None
+    if isinstance(value, mpl.Figure):
+        fig = value
+    else:
+        axes = sys.modules.get("matplotlib.axes")
+        if axes is not None and isinstance(value, axes.Axes):
+            fig = value.figure
+    if fig is None:
+        return {}
+    try:
+        return {"image/png": _figure_png(fig)}
+    except Exception as e:
+        print("hybox: cannot render the figure: %s: %s" % (type(e).__name__, e), file=sys.stderr)
+        return {}
+
+
+def _mime_bundle(value):
+    """Every representation of value, like IPython's DisplayFormatter: _repr_mimebundle_
+    first, then each _repr_*_ method for the types it did not give, then text/plain."""
+    bundle = {}
+    if type(value) in _PLAIN_TYPES:
+        return {"text/plain": repr(value)}
+    fn = getattr(value, "_repr_mimebundle_", None)
+    if callable(fn) and not isinstance(value, type):
+        data = _call_repr(fn, None, None)
+        if isinstance(data, dict):
+            for mime, v in data.items():
+                w = _wire_value(mime, v)
+                if w is not None:
+                    bundle[mime] = w
+    for mime, meth in _MIME_REPRS:
+        if mime in bundle:
             continue
+        fn = getattr(value, meth, None)
+        # A class is not its instances: its _repr_*_ are unbound functions.
+        if fn is None or not callable(fn) or isinstance(value, type):
+            continue
+        data = _call_repr(fn)
         if data is None:
             continue
-        if isinstance(data, tuple):  # (data, metadata) form
-            data = data[0]
-        if isinstance(data, (bytes, bytearray)):
-            data = base64.b64encode(data).decode("ascii")
-        elif not isinstance(data, str):
-            data = json.dumps(data)
-        bundle[mime] = data
+        w = _wire_value(mime, data)
+        if w is not None:
+            bundle[mime] = w
+    for mime, data in _type_formatters(value).items():
+        bundle.setdefault(mime, _wire_value(mime, data))
+    if "text/plain" not in bundle:
+        try:
+            bundle["text/plain"] = repr(value)
+        except Exception as e:
+            bundle["text/plain"] = "<%s object (repr failed: %s)>" % (type(value).__name__, e)
     return bundle
 
 
-def display(*objs):
-    """Emits each object as a rich result, like IPython's display()."""
+def display(*objs, raw=False):
+    """Emits each object as a rich result at once, like IPython's display(): the result
+    streams to the client while the cell goes on. With raw=True each object is a MIME
+    bundle (a dict of MIME type to data) to send as it is."""
     for obj in objs:
-        _frame({"type": "result", "data": _mime_bundle(obj)})
+        if raw and isinstance(obj, dict):
+            data = {}
+            for mime, v in obj.items():
+                w = _wire_value(mime, v)
+                if w is not None:
+                    data[mime] = w
+        else:
+            data = _mime_bundle(obj)
+        _frame({"type": "result", "data": data})
+
+
+def _show_figures(shown=None):
+    """Each open matplotlib figure (but those in shown) becomes a result; then all are
+    closed, as Jupyter's inline backend does at plt.show() and at the end of a cell."""
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is None:
+        return
+    for num in plt.get_fignums():
+        fig = plt.figure(num)
+        if shown is None or id(fig) not in shown:
+            display(fig)
+    plt.close("all")
+
+
+class _PyplotHook:
+    """A meta path finder that makes matplotlib.pyplot.show() emit the open figures as
+    results, whenever the cell imports pyplot. Every other import is not its business."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "matplotlib.pyplot":
+            return None
+        import importlib.util
+        sys.meta_path.remove(self)
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            sys.meta_path.insert(0, self)
+        loader = getattr(spec, "loader", None)
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        orig = loader.exec_module
+
+        def exec_module(module):
+            orig(module)
+            module.show = lambda *args, **kwargs: _show_figures()
+
+        loader.exec_module = exec_module
+        return spec
 
 
 def _user_traceback(exc):
@@ -170,6 +306,9 @@ class _Kernel:
         sys.modules["__main__"] = main
         self.ns = main.__dict__
         builtins.display = display
+        # matplotlib draws off-screen; pyplot.show() and the cell's end display figures.
+        os.environ.setdefault("MPLBACKEND", "Agg")
+        sys.meta_path.insert(0, _PyplotHook())
         # Cells must not read the request stream: give them an empty stdin.
         sys.stdin = io.StringIO("")
 
@@ -232,9 +371,16 @@ class _Kernel:
                     ast.fix_missing_locations(body[-1])
                 exec(compile(tree, name, "exec"), self.ns)
                 value = self.ns.pop(_LAST, None)
+            shown = set()
             if value is not None:
                 self.ns["_"] = value
                 display(value)
+                shown.add(id(value))
+                fig = getattr(value, "figure", None)
+                if fig is not None:
+                    shown.add(id(fig))
+            if "matplotlib.pyplot" in sys.modules:
+                _show_figures(shown)
         except BaseException as e:  # SystemExit and KeyboardInterrupt included
             self.running = False
             try:

@@ -1155,6 +1155,10 @@ type SessionRunRequest struct {
 	// Command Shell source; required unless `code` is given.
 	Command string `json:"command,omitempty,omitzero"`
 
+	// Cwd The directory this run starts in; the session's own directory is back in force for
+	// the next run (a `cd` inside the run included). Absent: the session's directory.
+	Cwd string `json:"cwd,omitempty,omitzero"`
+
 	// Timeout Milliseconds; 0 or absent = the default.
 	Timeout int64 `json:"timeout,omitempty,omitzero"`
 }
@@ -1620,8 +1624,9 @@ type RunOnceParams struct {
 // ListSandboxesParams defines parameters for ListSandboxes.
 type ListSandboxesParams struct {
 	// State States to keep (OR). Repeatable; a value may also hold several states separated by
-	// commas. Matched case-insensitively; an unknown state is a 400.
-	State []SandboxState `form:"state,omitempty" json:"state,omitempty,omitzero"`
+	// commas. Matched case-insensitively. Any string is accepted: a state no sandbox has
+	// (for example `Allocated`, which cluster-backed servers report) matches nothing.
+	State []string `form:"state,omitempty" json:"state,omitempty,omitzero"`
 
 	// Metadata Metadata filter (AND): one URL-encoded `k=v&k2=v2` string. A sandbox matches when
 	// each key is present with that value. `;` is not a separator, and `%` starts an

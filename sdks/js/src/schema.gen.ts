@@ -339,7 +339,7 @@ export interface paths {
         put?: never;
         /**
          * Client telemetry (accepted and dropped).
-         * @description The SDKs post an event after each create; hybox answers 204 and keeps nothing.
+         * @description The SDKs post an event after each create; hybox answers 204 and keeps nothing, whatever the body.
          */
         post: operations["postMetricsEvent"];
         delete?: never;
@@ -839,7 +839,8 @@ export interface paths {
          * Download a file.
          * @description The file's bytes with `Range` support (206, or 416 `INVALID_RANGE` for a malformed or
          *     unsatisfiable range) and conditional requests. With `offset` and/or `limit` the answer
-         *     is those lines as text instead (not combinable with `Range`).
+         *     is those lines as text instead (not combinable with `Range`): each line without its `\n`
+         *     or `\r\n`, joined by `\n`, with no trailing newline.
          */
         get: operations["execdDownloadFile"];
         put?: never;
@@ -1173,7 +1174,7 @@ export interface components {
         Metadata: {
             [key: string]: string;
         };
-        /** @description A string sets a key; null deletes it. */
+        /** @description A string sets a key; null deletes it. Keys are as in `Metadata`. */
         MetadataPatch: {
             [key: string]: string | null;
         };
@@ -1499,6 +1500,7 @@ export interface components {
             evalue: string;
             traceback: string[] | null;
         };
+        /** @description `command` (non-empty) or else `argv` (at least one word) is required. */
         CommandRequest: {
             /** @description Shell source. Required unless `argv` is given. */
             command?: string;
@@ -1547,11 +1549,17 @@ export interface components {
             /** @description The same as `session_id`. */
             id: string;
         };
+        /** @description `command` or else `code` is required, non-empty. */
         SessionRunRequest: {
             /** @description Shell source; required unless `code` is given. */
             command?: string;
             /** @description Used when `command` is empty. */
             code?: string;
+            /**
+             * @description The directory this run starts in; the session's own directory is back in force for
+             *     the next run (a `cd` inside the run included). Absent: the session's directory.
+             */
+            cwd?: string;
             /**
              * Format: int64
              * @description Milliseconds; 0 or absent = the default.
@@ -1801,8 +1809,8 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description `NOT_SUPPORTED`: the server runs no container backend. */
-        ImagesNotEnabled: {
+        /** @description `UNAUTHORIZED` (no credential), `INVALID_ROUTE_TOKEN` or `ROUTE_TOKEN_EXPIRED`. */
+        ProxyUnauthorized: {
             headers: {
                 [name: string]: unknown;
             };
@@ -1810,8 +1818,11 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description `UNAUTHORIZED` (no credential), `INVALID_ROUTE_TOKEN` or `ROUTE_TOKEN_EXPIRED`. */
-        ProxyUnauthorized: {
+        /**
+         * @description `SANDBOX_PAUSED`: the sandbox is paused; resume it first. Answered for a paused
+         *     sandbox's execd API, except `/ping`.
+         */
+        SandboxPaused: {
             headers: {
                 [name: string]: unknown;
             };
@@ -1834,6 +1845,8 @@ export interface components {
          */
         TooManyExecutions: {
             headers: {
+                /** @description Seconds to wait before sending the request again (every 429 carries it). */
+                "Retry-After"?: number;
                 [name: string]: unknown;
             };
             content: {
@@ -1860,8 +1873,9 @@ export interface components {
             };
         };
         /**
-         * @description `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `UNKNOWN_LANGUAGE` or
-         *     `INVALID_FILE_METADATA`.
+         * @description `INVALID_REQUEST_BODY`, `MISSING_QUERY`, `INVALID_PATH`, `UNKNOWN_LANGUAGE`,
+         *     `INVALID_FILE_METADATA`, or `NOT_SUPPORTED`: this sandbox's runtime cannot do it (a
+         *     terminal or uid/gid in a wasm sandbox).
          */
         ExecdBadRequest: {
             headers: {
@@ -1888,15 +1902,6 @@ export interface components {
         };
         /** @description `NOT_FOUND` (no such command, session or terminal) or `FILE_NOT_FOUND` (a missing working directory). */
         ExecdNotFound: {
-            headers: {
-                [name: string]: unknown;
-            };
-            content: {
-                "application/json": components["schemas"]["Error"];
-            };
-        };
-        /** @description `NOT_SUPPORTED`: this sandbox's runtime cannot do it (for example a terminal in a wasm sandbox). */
-        ExecdNotSupported: {
             headers: {
                 [name: string]: unknown;
             };
@@ -2029,6 +2034,7 @@ export interface components {
                     400: components["responses"]["BadRequest"];
                     401: components["responses"]["ProxyUnauthorized"];
                     404: components["responses"]["SandboxNotFound"];
+                    409: components["responses"]["SandboxPaused"];
                     502: components["responses"]["SandboxUnreachable"];
                     503: components["responses"]["Unavailable"];
                     /** @description The sandbox's answer (for port 44772, see the `execd` operations). */
@@ -2064,6 +2070,7 @@ export interface components {
                     400: components["responses"]["BadRequest"];
                     401: components["responses"]["ProxyUnauthorized"];
                     404: components["responses"]["SandboxNotFound"];
+                    409: components["responses"]["SandboxPaused"];
                     502: components["responses"]["SandboxUnreachable"];
                     503: components["responses"]["Unavailable"];
                     /** @description The sandbox's answer (for port 44772, see the `execd` operations). */
@@ -2099,6 +2106,7 @@ export interface components {
                     400: components["responses"]["BadRequest"];
                     401: components["responses"]["ProxyUnauthorized"];
                     404: components["responses"]["SandboxNotFound"];
+                    409: components["responses"]["SandboxPaused"];
                     502: components["responses"]["SandboxUnreachable"];
                     503: components["responses"]["Unavailable"];
                     /** @description The sandbox's answer (for port 44772, see the `execd` operations). */
@@ -2134,6 +2142,7 @@ export interface components {
                     400: components["responses"]["BadRequest"];
                     401: components["responses"]["ProxyUnauthorized"];
                     404: components["responses"]["SandboxNotFound"];
+                    409: components["responses"]["SandboxPaused"];
                     502: components["responses"]["SandboxUnreachable"];
                     503: components["responses"]["Unavailable"];
                     /** @description The sandbox's answer (for port 44772, see the `execd` operations). */
@@ -2169,6 +2178,7 @@ export interface components {
                     400: components["responses"]["BadRequest"];
                     401: components["responses"]["ProxyUnauthorized"];
                     404: components["responses"]["SandboxNotFound"];
+                    409: components["responses"]["SandboxPaused"];
                     502: components["responses"]["SandboxUnreachable"];
                     503: components["responses"]["Unavailable"];
                     /** @description The sandbox's answer (for port 44772, see the `execd` operations). */
@@ -2204,6 +2214,7 @@ export interface components {
                     400: components["responses"]["BadRequest"];
                     401: components["responses"]["ProxyUnauthorized"];
                     404: components["responses"]["SandboxNotFound"];
+                    409: components["responses"]["SandboxPaused"];
                     502: components["responses"]["SandboxUnreachable"];
                     503: components["responses"]["Unavailable"];
                     /** @description The sandbox's answer (for port 44772, see the `execd` operations). */
@@ -2239,6 +2250,7 @@ export interface components {
                     400: components["responses"]["BadRequest"];
                     401: components["responses"]["ProxyUnauthorized"];
                     404: components["responses"]["SandboxNotFound"];
+                    409: components["responses"]["SandboxPaused"];
                     502: components["responses"]["SandboxUnreachable"];
                     503: components["responses"]["Unavailable"];
                     /** @description The sandbox's answer (for port 44772, see the `execd` operations). */
@@ -2274,6 +2286,7 @@ export interface components {
                     400: components["responses"]["BadRequest"];
                     401: components["responses"]["ProxyUnauthorized"];
                     404: components["responses"]["SandboxNotFound"];
+                    409: components["responses"]["SandboxPaused"];
                     502: components["responses"]["SandboxUnreachable"];
                     503: components["responses"]["Unavailable"];
                     /** @description The sandbox's answer (for port 44772, see the `execd` operations). */
@@ -2342,6 +2355,7 @@ export interface components {
                     400: components["responses"]["BadRequest"];
                     401: components["responses"]["ProxyUnauthorized"];
                     404: components["responses"]["SandboxNotFound"];
+                    409: components["responses"]["SandboxPaused"];
                     502: components["responses"]["SandboxUnreachable"];
                     503: components["responses"]["Unavailable"];
                     /** @description The sandbox's answer (for port 44772, see the `execd` operations). */
@@ -2379,6 +2393,7 @@ export interface components {
                     400: components["responses"]["BadRequest"];
                     401: components["responses"]["ProxyUnauthorized"];
                     404: components["responses"]["SandboxNotFound"];
+                    409: components["responses"]["SandboxPaused"];
                     502: components["responses"]["SandboxUnreachable"];
                     503: components["responses"]["Unavailable"];
                     /** @description The sandbox's answer (for port 44772, see the `execd` operations). */
@@ -2416,6 +2431,7 @@ export interface components {
                     400: components["responses"]["BadRequest"];
                     401: components["responses"]["ProxyUnauthorized"];
                     404: components["responses"]["SandboxNotFound"];
+                    409: components["responses"]["SandboxPaused"];
                     502: components["responses"]["SandboxUnreachable"];
                     503: components["responses"]["Unavailable"];
                     /** @description The sandbox's answer (for port 44772, see the `execd` operations). */
@@ -2453,6 +2469,7 @@ export interface components {
                     400: components["responses"]["BadRequest"];
                     401: components["responses"]["ProxyUnauthorized"];
                     404: components["responses"]["SandboxNotFound"];
+                    409: components["responses"]["SandboxPaused"];
                     502: components["responses"]["SandboxUnreachable"];
                     503: components["responses"]["Unavailable"];
                     /** @description The sandbox's answer (for port 44772, see the `execd` operations). */
@@ -2490,6 +2507,7 @@ export interface components {
                     400: components["responses"]["BadRequest"];
                     401: components["responses"]["ProxyUnauthorized"];
                     404: components["responses"]["SandboxNotFound"];
+                    409: components["responses"]["SandboxPaused"];
                     502: components["responses"]["SandboxUnreachable"];
                     503: components["responses"]["Unavailable"];
                     /** @description The sandbox's answer (for port 44772, see the `execd` operations). */
@@ -2527,6 +2545,7 @@ export interface components {
                     400: components["responses"]["BadRequest"];
                     401: components["responses"]["ProxyUnauthorized"];
                     404: components["responses"]["SandboxNotFound"];
+                    409: components["responses"]["SandboxPaused"];
                     502: components["responses"]["SandboxUnreachable"];
                     503: components["responses"]["Unavailable"];
                     /** @description The sandbox's answer (for port 44772, see the `execd` operations). */
@@ -2564,6 +2583,7 @@ export interface components {
                     400: components["responses"]["BadRequest"];
                     401: components["responses"]["ProxyUnauthorized"];
                     404: components["responses"]["SandboxNotFound"];
+                    409: components["responses"]["SandboxPaused"];
                     502: components["responses"]["SandboxUnreachable"];
                     503: components["responses"]["Unavailable"];
                     /** @description The sandbox's answer (for port 44772, see the `execd` operations). */
@@ -2601,6 +2621,7 @@ export interface components {
                     400: components["responses"]["BadRequest"];
                     401: components["responses"]["ProxyUnauthorized"];
                     404: components["responses"]["SandboxNotFound"];
+                    409: components["responses"]["SandboxPaused"];
                     502: components["responses"]["SandboxUnreachable"];
                     503: components["responses"]["Unavailable"];
                     /** @description The sandbox's answer (for port 44772, see the `execd` operations). */
@@ -2652,7 +2673,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/yaml": string;
+                    "application/yaml": Record<string, never>;
                 };
             };
         };
@@ -2682,12 +2703,14 @@ export interface operations {
             query?: {
                 /**
                  * @description States to keep (OR). Repeatable; a value may also hold several states separated by
-                 *     commas. Matched case-insensitively; an unknown state is a 400.
+                 *     commas. Matched case-insensitively. Any string is accepted: a state no sandbox has
+                 *     (for example `Allocated`, which cluster-backed servers report) matches nothing.
                  */
                 state?: string[];
                 /**
                  * @description Metadata filter (AND): one URL-encoded `k=v&k2=v2` string. A sandbox matches when
-                 *     each key is present with that value.
+                 *     each key is present with that value. `;` is not a separator, and `%` starts an
+                 *     escape (400 otherwise).
                  * @example team%3Dml%26env%3Ddev
                  */
                 metadata?: string;
@@ -2910,8 +2933,8 @@ export interface operations {
     getSandboxEndpoint: {
         parameters: {
             query?: {
-                /** @description Accepted for compatibility and ignored; hybox always answers with its proxy route. */
-                use_server_proxy?: boolean;
+                /** @description Accepted for compatibility and ignored (any value); hybox always answers with its proxy route. */
+                use_server_proxy?: string;
                 /** @description Unix time in seconds, in the future. Asks for a signed route token that expires then. */
                 expires?: number;
             };
@@ -2991,8 +3014,8 @@ export interface operations {
                     "application/json": components["schemas"]["ImageList"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
-            501: components["responses"]["ImagesNotEnabled"];
         };
     };
     importImage: {
@@ -3020,7 +3043,6 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
-            501: components["responses"]["ImagesNotEnabled"];
         };
     };
     pullImage: {
@@ -3047,7 +3069,6 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
-            501: components["responses"]["ImagesNotEnabled"];
             503: components["responses"]["Unavailable"];
         };
     };
@@ -3076,7 +3097,6 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["SandboxNotFound"];
-            501: components["responses"]["ImagesNotEnabled"];
         };
     };
     postMetricsEvent: {
@@ -3088,7 +3108,7 @@ export interface operations {
         };
         requestBody?: {
             content: {
-                "application/json": Record<string, never>;
+                "application/json": unknown;
             };
         };
         responses: {
@@ -3142,7 +3162,6 @@ export interface operations {
             404: components["responses"]["ExecdNotFound"];
             413: components["responses"]["PayloadTooLarge"];
             429: components["responses"]["TooManyExecutions"];
-            501: components["responses"]["ExecdNotSupported"];
         };
     };
     execdInterruptCommand: {
@@ -3246,6 +3265,7 @@ export interface operations {
             };
             400: components["responses"]["ExecdBadRequest"];
             401: components["responses"]["ExecdUnauthorized"];
+            404: components["responses"]["FileNotFound"];
             429: components["responses"]["TooManyExecutions"];
         };
     };
@@ -3318,6 +3338,7 @@ export interface operations {
             };
             400: components["responses"]["ExecdBadRequest"];
             401: components["responses"]["ExecdUnauthorized"];
+            404: components["responses"]["FileNotFound"];
             429: components["responses"]["TooManyExecutions"];
         };
     };
@@ -3528,7 +3549,6 @@ export interface operations {
             401: components["responses"]["ExecdUnauthorized"];
             404: components["responses"]["ExecdNotFound"];
             429: components["responses"]["TooManyExecutions"];
-            501: components["responses"]["ExecdNotSupported"];
         };
     };
     execdPtyStatus: {
@@ -3551,9 +3571,9 @@ export interface operations {
                     "application/json": components["schemas"]["PtyStatus"];
                 };
             };
+            400: components["responses"]["ExecdBadRequest"];
             401: components["responses"]["ExecdUnauthorized"];
             404: components["responses"]["ExecdNotFound"];
-            501: components["responses"]["ExecdNotSupported"];
         };
     };
     execdDeletePty: {
@@ -3574,9 +3594,9 @@ export interface operations {
                 };
                 content?: never;
             };
+            400: components["responses"]["ExecdBadRequest"];
             401: components["responses"]["ExecdUnauthorized"];
             404: components["responses"]["ExecdNotFound"];
-            501: components["responses"]["ExecdNotSupported"];
         };
     };
     execdAttachPty: {
@@ -3599,9 +3619,9 @@ export interface operations {
                 };
                 content?: never;
             };
+            400: components["responses"]["ExecdBadRequest"];
             401: components["responses"]["ExecdUnauthorized"];
             404: components["responses"]["ExecdNotFound"];
-            501: components["responses"]["ExecdNotSupported"];
         };
     };
     execdFileInfo: {
