@@ -246,6 +246,10 @@ func (s *Server) listSandboxes(c *gin.Context) {
 	q := c.Request.URL.Query()
 	states := map[string]bool{}
 	for _, v := range q["state"] {
+		if strings.TrimSpace(v) == "" {
+			s.abortErr(c, badRequest(fmt.Sprintf("state must name a state (known: %s), not be empty", strings.Join(allStates, ", "))))
+			return
+		}
 		for _, st := range strings.Split(v, ",") {
 			if st = strings.TrimSpace(st); st != "" {
 				// Any state string is accepted, case-insensitively (as
@@ -329,10 +333,11 @@ func (s *Server) listSandboxes(c *gin.Context) {
 }
 
 func intParam(q url.Values, name string, def int) (int, error) {
-	v := q.Get(name)
-	if v == "" {
+	vs, given := q[name]
+	if !given {
 		return def, nil
 	}
+	v := vs[0]
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 1 {
 		return 0, badRequest(fmt.Sprintf("%s must be a positive integer", name))
