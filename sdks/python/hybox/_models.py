@@ -821,7 +821,9 @@ class CreateSandboxRequest(BaseModel):
     """
     `cpu` (`500m`, `2`) and `memory` (`512Mi`, `1Gi`) are applied; other keys are stored.
     """
-    env: dict[str, str] | None = None
+    env: dict[Annotated[str, StringConstraints(pattern=r'^[^=\x00]+$')], str] | None = (
+        None
+    )
     """
     Environment variables; names must be non-empty without `=` or NUL.
     """
