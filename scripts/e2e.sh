@@ -24,9 +24,13 @@
 # The server gets a fresh random credential-vault key (HYBOX_VAULT_KEY) so that
 # sandboxes may enable credentialProxy.
 #
-# At exit every sandbox is deleted through the API, the server and
-# containerd are stopped, and the data directory is removed; a container
-# still known to containerd at that point fails the run.
+# The suites reach the server through sdks/apitest/cmd/apiproxy, which
+# checks every response they get against the protocol document
+# (sdks/openapi.yaml); a response that does not match fails the run.
+#
+# At exit every sandbox is deleted through the API, the proxy, the server
+# and containerd are stopped, and the data directory is removed; a
+# container still known to containerd at that point fails the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
@@ -72,6 +76,7 @@ vault_key=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
 log=$data/server.log
 sock=$data/containerd/containerd.sock
 pid=""
+proxy_pid=""
 containerd_started=no
 logdir=${HYBOX_E2E_LOG_DIR:-$repo/build/e2e-logs}
 keep_logs=no
@@ -108,9 +113,21 @@ leftover_containers() {
 	ctr --address "$sock" -n hybox containers ls -q 2>/dev/null || true
 }
 
+# stop_proxy stops the validating proxy; it reports mismatches and exits 1
+# when there were any.
+stop_proxy() {
+	[ -n "$proxy_pid" ] || return 0
+	kill -TERM "$proxy_pid" 2>/dev/null || true
+	local prc=0
+	wait "$proxy_pid" 2>/dev/null || prc=$?
+	proxy_pid=""
+	return "$prc"
+}
+
 cleanup() {
 	local rc=$? left
 	trap - EXIT INT TERM
+	stop_proxy || { say "responses that do not match the protocol document (above)"; [ "$rc" = 0 ] && rc=1; }
 	if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
 		left=$(delete_all 2>&1) || true
 		[ -n "$left" ] && say "deleted at exit: $(echo $left)"
@@ -170,12 +187,17 @@ for _ in $(seq 1 300); do
 	if ! kill -0 "$pid" 2>/dev/null; then say "hybox exited:"; cat "$log" >&2; exit 1; fi
 	sleep 0.1
 done
-export HYBOX_E2E_URL="http://127.0.0.1:$port" OPEN_SANDBOX_API_KEY="$key"
-say "hybox at $HYBOX_E2E_URL (data $data)"
+go build -o "$data/apiproxy" ./sdks/apitest/cmd/apiproxy
+"$data/apiproxy" -target "http://127.0.0.1:$port" -addr-file "$data/proxy.addr" &
+proxy_pid=$!
+for _ in $(seq 1 100); do [ -s "$data/proxy.addr" ] && break; sleep 0.05; done
+[ -s "$data/proxy.addr" ] || { say "apiproxy did not start"; exit 1; }
+export HYBOX_E2E_URL="http://$(cat "$data/proxy.addr")" OPEN_SANDBOX_API_KEY="$key"
+say "hybox at http://127.0.0.1:$port, the suites through the validating proxy at $HYBOX_E2E_URL (data $data)"
 
 if [ "$want_containers" = yes ]; then
 	t=$(date +%s.%N)
-	OPEN_SANDBOX_DOMAIN=$HYBOX_E2E_URL ./bin/hybox image import -q "$archive"
+	OPEN_SANDBOX_DOMAIN=http://127.0.0.1:$port ./bin/hybox image import -q "$archive"
 	say "imported $image in $(elapsed "$t")"
 fi
 
@@ -220,6 +242,14 @@ left=$(leftover_containers)
 if [ -n "$left" ]; then
 	say "containers still in containerd after all passes: $(echo $left)"
 	status=1
+fi
+
+if ! stop_proxy; then
+	say "responses of the suites do not match the protocol document (above)"
+	results+=("protocol document: FAILED (responses that do not match it)")
+	status=1
+else
+	results+=("protocol document: every response matched")
 fi
 
 say "summary (total $(elapsed "$t_start")):"
