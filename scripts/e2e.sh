@@ -192,12 +192,13 @@ go build -o "$data/apiproxy" ./sdks/apitest/cmd/apiproxy
 proxy_pid=$!
 for _ in $(seq 1 100); do [ -s "$data/proxy.addr" ] && break; sleep 0.05; done
 [ -s "$data/proxy.addr" ] || { say "apiproxy did not start"; exit 1; }
-export HYBOX_E2E_URL="http://$(cat "$data/proxy.addr")" OPEN_SANDBOX_API_KEY="$key"
-say "hybox at http://127.0.0.1:$port, the suites through the validating proxy at $HYBOX_E2E_URL (data $data)"
+direct_url="http://127.0.0.1:$port" proxy_url="http://$(cat "$data/proxy.addr")"
+export HYBOX_E2E_URL=$proxy_url OPEN_SANDBOX_API_KEY="$key"
+say "hybox at $direct_url, the suites through the validating proxy at $proxy_url (data $data)"
 
 if [ "$want_containers" = yes ]; then
 	t=$(date +%s.%N)
-	OPEN_SANDBOX_DOMAIN=http://127.0.0.1:$port ./bin/hybox image import -q "$archive"
+	OPEN_SANDBOX_DOMAIN=$direct_url ./bin/hybox image import -q "$archive"
 	say "imported $image in $(elapsed "$t")"
 fi
 

@@ -55,7 +55,14 @@ func run(listen, target, addrFile string) error {
 		orig(r)
 		r.Host = host // endpoints the server returns keep pointing here
 	}
-	rec := apitest.Record(rp)
+	// Full duplex: the server may answer (a stream starts) before the
+	// request body is through, and without it net/http closes that body
+	// when the answer starts, which breaks the upstream mid-stream.
+	duplex := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = http.NewResponseController(w).EnableFullDuplex()
+		rp.ServeHTTP(w, r)
+	})
+	rec := apitest.Record(duplex)
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return err
