@@ -12,8 +12,6 @@ from pydantic import (
     Field,
     RootModel,
     StringConstraints,
-    conint,
-    constr,
 )
 
 
@@ -718,13 +716,26 @@ class PtyStatus(BaseModel):
     """
 
 
-class FileMode(
-    RootModel[conint(ge=0, le=7777) | constr(pattern=r'^[0-7]{1,4}$') | None]
-):
-    root: Annotated[
-        conint(ge=0, le=7777) | constr(pattern=r'^[0-7]{1,4}$') | None,
-        Field(examples=[644, 755]),
-    ]
+class FileMode1(RootModel[int]):
+    root: Annotated[int, Field(examples=[644, 755], ge=0, le=7777)]
+    """
+    Permission bits as octal digits written as a decimal number: 755 means 0o755, 4755
+    includes setuid. A string of digits is accepted too; 0 or null means "not given".
+
+    """
+
+
+class FileMode2(RootModel[str]):
+    root: Annotated[str, Field(examples=[644, 755], pattern='^[0-7]{1,4}$')]
+    """
+    Permission bits as octal digits written as a decimal number: 755 means 0o755, 4755
+    includes setuid. A string of digits is accepted too; 0 or null means "not given".
+
+    """
+
+
+class FileMode(RootModel[FileMode1 | FileMode2 | None]):
+    root: Annotated[FileMode1 | FileMode2 | None, Field(examples=[644, 755])]
     """
     Permission bits as octal digits written as a decimal number: 755 means 0o755, 4755
     includes setuid. A string of digits is accepted too; 0 or null means "not given".
