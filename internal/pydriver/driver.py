@@ -394,16 +394,7 @@ class _Kernel:
                     ast.fix_missing_locations(body[-1])
                 exec(compile(tree, name, "exec"), self.ns)
                 value = self.ns.pop(_LAST, None)
-            shown = set()
-            if value is not None:
-                self.ns["_"] = value
-                display(value)
-                shown.add(id(value))
-                fig = getattr(value, "figure", None)
-                if fig is not None:
-                    shown.add(id(fig))
-            if "matplotlib.pyplot" in sys.modules:
-                _show_figures(shown)
+            self._finish(value)
         except BaseException as e:  # SystemExit and KeyboardInterrupt included
             self.running = False
             try:
@@ -412,12 +403,24 @@ class _Kernel:
                 lines = []
             _error(e, lines)
 
+    def _finish(self, value):
+        """The end of a cell: its value is shown, then each matplotlib figure still
+        open (but the value's own)."""
+        shown = set()
+        if value is not None:
+            self.ns["_"] = value
+            display(value)
+            shown.add(id(value))
+            fig = getattr(value, "figure", None)
+            if fig is not None:
+                shown.add(id(fig))
+        if "matplotlib.pyplot" in sys.modules:
+            _show_figures(shown)
+
     def _eval(self, expr):
         try:
             value = eval(expr, self.ns)
-            if value is not None:
-                self.ns["_"] = value
-                display(value)
+            self._finish(value)
         except BaseException as e:  # SystemExit and KeyboardInterrupt included
             self.running = False
             try:
