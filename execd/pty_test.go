@@ -281,8 +281,11 @@ func TestPTYCloseLeavesNothing(t *testing.T) {
 	id := createPTY(t, srv, `{"command":"bash --noprofile --norc -i"}`)
 	c := dialWS(t, srv.URL, "/pty/"+id+"/ws")
 	c.read(t) // connected
-	if n := processesWith(t, marker); n != 3 {
-		t.Fatalf("%d processes run sleep %s, want 3", n, marker)
+	// The terminals' programs start asynchronously: wait until all three run.
+	for deadline := time.Now().Add(5 * time.Second); processesWith(t, marker) != 3; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d processes run sleep %s, want 3", processesWith(t, marker), marker)
+		}
 	}
 
 	h.Close()
