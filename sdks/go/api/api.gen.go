@@ -1625,7 +1625,8 @@ type RunOnceParams struct {
 type ListSandboxesParams struct {
 	// State States to keep (OR). Repeatable; a value may also hold several states separated by
 	// commas. Matched case-insensitively. Any string is accepted: a state no sandbox has
-	// (for example `Allocated`, which cluster-backed servers report) matches nothing.
+	// (for example `Allocated`, which cluster-backed servers report) matches nothing. An
+	// empty or blank value is a 400.
 	State []string `form:"state,omitempty" json:"state,omitempty,omitzero"`
 
 	// Metadata Metadata filter (AND): one URL-encoded `k=v&k2=v2` string. A sandbox matches when

@@ -2704,7 +2704,8 @@ export interface operations {
                 /**
                  * @description States to keep (OR). Repeatable; a value may also hold several states separated by
                  *     commas. Matched case-insensitively. Any string is accepted: a state no sandbox has
-                 *     (for example `Allocated`, which cluster-backed servers report) matches nothing.
+                 *     (for example `Allocated`, which cluster-backed servers report) matches nothing. An
+                 *     empty or blank value is a 400.
                  */
                 state?: string[];
                 /**
