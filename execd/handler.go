@@ -17,6 +17,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/hybox-dev/hybox/sdks/go/errdefs"
 )
 
 // Options configures a Handler.
@@ -246,7 +248,7 @@ func (h *Handler) decodeJSON(w http.ResponseWriter, r *http.Request, v any) bool
 			writeError(w, CodeInvalidRequestBody, "request body is empty")
 			return false
 		}
-		writeError(w, CodeInvalidRequestBody, "invalid JSON: "+err.Error())
+		writeError(w, CodeInvalidRequestBody, errdefs.DescribeJSON(err))
 		return false
 	}
 	if dec.More() {
@@ -258,7 +260,7 @@ func (h *Handler) decodeJSON(w http.ResponseWriter, r *http.Request, v any) bool
 		return false
 	}
 	if err := json.Unmarshal(raw, v); err != nil {
-		writeError(w, CodeInvalidRequestBody, "invalid JSON: "+err.Error())
+		writeError(w, CodeInvalidRequestBody, errdefs.DescribeJSON(err))
 		return false
 	}
 	return true

@@ -264,6 +264,7 @@ func (e PlatformOs) Valid() bool {
 const (
 	PolicyActionAllow PolicyAction = "allow"
 	PolicyActionDeny  PolicyAction = "deny"
+	PolicyActionEmpty PolicyAction = ""
 )
 
 // Valid indicates whether the value is a known member of the PolicyAction enum.
@@ -272,6 +273,8 @@ func (e PolicyAction) Valid() bool {
 	case PolicyActionAllow:
 		return true
 	case PolicyActionDeny:
+		return true
+	case PolicyActionEmpty:
 		return true
 	default:
 		return false
@@ -891,6 +894,7 @@ type MoveItem struct {
 // is unrestricted. Changed while the sandbox runs through the egress API on the endpoint for
 // port 18080. At most 4096 rules.
 type NetworkPolicy struct {
+	// DefaultAction What a rule, or the default, does; as a `defaultAction`, empty means unset (deny).
 	DefaultAction PolicyAction `json:"defaultAction,omitempty,omitzero"`
 	Egress        []EgressRule `json:"egress,omitzero"`
 }
@@ -937,7 +941,7 @@ type PlatformArch string
 // PlatformOs defines model for Platform.Os.
 type PlatformOs string
 
-// PolicyAction defines model for PolicyAction.
+// PolicyAction What a rule, or the default, does; as a `defaultAction`, empty means unset (deny).
 type PolicyAction string
 
 // PolicyStatus The answer of every `/policy` call.

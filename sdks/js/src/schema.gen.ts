@@ -1247,10 +1247,14 @@ export interface components {
              */
             networkPolicy?: components["schemas"]["NetworkPolicy"];
         };
-        /** @enum {string} */
-        PolicyAction: "allow" | "deny";
+        /**
+         * @description What a rule, or the default, does; as a `defaultAction`, empty means unset (deny).
+         * @enum {string}
+         */
+        PolicyAction: "allow" | "deny" | "";
         EgressRule: {
-            action: components["schemas"]["PolicyAction"];
+            /** @enum {string} */
+            action: "allow" | "deny";
             /**
              * @description An exact name (`example.com`), a wildcard (`*.example.com`: subdomains at any depth,
              *     not the apex), an IPv4 or IPv6 address, or a CIDR. Case and a trailing dot are ignored.

@@ -206,12 +206,15 @@ class Endpoint(BaseModel):
     """
 
 
-class PolicyAction(RootModel[Literal['allow', 'deny']]):
-    root: Literal['allow', 'deny']
+class PolicyAction(RootModel[Literal['allow', 'deny', '']]):
+    root: Literal['allow', 'deny', '']
+    """
+    What a rule, or the default, does; as a `defaultAction`, empty means unset (deny).
+    """
 
 
 class EgressRule(BaseModel):
-    action: PolicyAction
+    action: Literal['allow', 'deny']
     target: Annotated[str, Field(min_length=1)]
     """
     An exact name (`example.com`), a wildcard (`*.example.com`: subdomains at any depth,
@@ -454,7 +457,10 @@ class Ping(BaseModel):
 
 
 class Language(RootModel[str]):
-    root: Annotated[str, Field(examples=['python', 'javascript', 'typescript', 'bash'])]
+    root: Annotated[
+        str,
+        Field(examples=['python', 'javascript', 'typescript', 'bash'], min_length=1),
+    ]
     """
     A code language. hybox normalises aliases (`python3`, `py` → `python`; `js`, `node`,
     `nodejs` → `javascript`; `ts` → `typescript`; `sh`, `shell`, `command` → `bash`). Which
@@ -533,11 +539,11 @@ class CommandRequest(BaseModel):
     """
     Milliseconds; 0 or absent = the default (10 minutes; background commands run up to the maximum, 24 hours).
     """
-    uid: Annotated[int | None, Field(ge=0)] = None
+    uid: Annotated[int | None, Field(ge=0, le=4294967294)] = None
     """
     Container sandboxes only.
     """
-    gid: Annotated[int | None, Field(ge=0)] = None
+    gid: Annotated[int | None, Field(ge=0, le=4294967294)] = None
     """
     Container sandboxes only.
     """
