@@ -494,12 +494,7 @@ type CodeContext struct {
 type CodeContextRequest struct {
 	Cwd string `json:"cwd,omitempty,omitzero"`
 
-	// Language A code language. hybox normalises aliases (`python3`, `py` → `python`; `js`, `node`,
-	// `nodejs` → `javascript`; `ts` → `typescript`; `sh`, `shell`, `command` → `bash`). Which
-	// ones run depends on the sandbox: wasm sandboxes run `python`, `javascript` and `bash`.
-	//
-	//
-	// Examples: python, javascript, typescript, bash
+	// Language The context's language (see `Language`); required.
 	Language Language `json:"language"`
 }
 

@@ -1571,7 +1571,8 @@ export interface components {
             timeout?: number;
         };
         CodeContextRequest: {
-            language: components["schemas"]["Language"];
+            /** @description The context's language (see `Language`); required. */
+            language: string;
             cwd?: string;
         };
         CodeContext: {

@@ -457,10 +457,7 @@ class Ping(BaseModel):
 
 
 class Language(RootModel[str]):
-    root: Annotated[
-        str,
-        Field(examples=['python', 'javascript', 'typescript', 'bash'], min_length=1),
-    ]
+    root: Annotated[str, Field(examples=['python', 'javascript', 'typescript', 'bash'])]
     """
     A code language. hybox normalises aliases (`python3`, `py` → `python`; `js`, `node`,
     `nodejs` → `javascript`; `ts` → `typescript`; `sh`, `shell`, `command` → `bash`). Which
@@ -609,7 +606,10 @@ class SessionRunRequest(BaseModel):
 
 
 class CodeContextRequest(BaseModel):
-    language: Language
+    language: Annotated[str, Field(min_length=1)]
+    """
+    The context's language (see `Language`); required.
+    """
     cwd: str | None = None
 
 
