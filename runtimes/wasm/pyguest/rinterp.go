@@ -114,6 +114,13 @@ func (it *reactorInterp) Run(ctx context.Context, code string, out execd.Output)
 	default:
 		err := errors.New("the driver returned without finishing the execution")
 		it.lose(inst, err)
+		select {
+		case <-e.overflow:
+			// The output cap stopped the cell while the driver was
+			// returning: that, not the early return, is the reason.
+			return nil, fmt.Errorf("pyguest: %w: %w", execd.ErrOutputLimit, execd.ErrContextLost)
+		default:
+		}
 		return nil, fmt.Errorf("pyguest: %w: %w", err, execd.ErrContextLost)
 	}
 }
