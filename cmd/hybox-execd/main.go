@@ -9,7 +9,12 @@
 // Usage:
 //
 //	hybox-execd [--listen-unix PATH] [--listen-tcp ADDR] [--root DIR]
-//	            [--access-token-file FILE] [--subreaper] [-- ENTRYPOINT ARGS...]
+//	            [--access-token-file FILE] [--subreaper] [--pooled]
+//	            [-- ENTRYPOINT ARGS...]
+//
+// With --pooled the container is a warm-pool member: only the unix socket
+// is served and nothing else starts until the server claims it (see
+// execd.ClaimPath), which gives it its environment, files and entrypoint.
 //
 // It uses the standard library and a pty library only and is built with
 // CGO_ENABLED=0 as a static binary.
@@ -52,6 +57,7 @@ type config struct {
 	stopGrace  time.Duration
 	logLevel   string
 	warmShell  bool
+	pooled     bool
 	entrypoint []string
 }
 
@@ -68,12 +74,19 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.stopGrace, "stop-grace", 10*time.Second, "how long the entrypoint has to exit after SIGTERM")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&c.warmShell, "warm-shell", true, "keep a bash started ahead of time for the next command (saves a fork+exec per command; false = every command is a new bash -c)")
+	fs.BoolVar(&c.pooled, "pooled", false, "start as a warm-pool member: serve the unix socket only and wait to be claimed before listening on TCP and starting an entrypoint")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
 	c.entrypoint = fs.Args()
 	if c.listenUnix == "" && c.listenTCP == "" {
 		return c, errors.New("nothing to listen on: set --listen-unix or --listen-tcp")
+	}
+	if c.pooled && c.listenUnix == "" {
+		return c, errors.New("--pooled needs --listen-unix: a pool member is claimed over its unix socket")
+	}
+	if c.pooled && len(c.entrypoint) > 0 {
+		return c, errors.New("--pooled takes no entrypoint: the claim gives it")
 	}
 	return c, nil
 }
@@ -151,38 +164,20 @@ func serve(cfg config, log *slog.Logger) error {
 	defer handler.Close()
 
 	var listeners []net.Listener
+	var lmu sync.Mutex // listeners and entry, which a claim adds to
 	defer func() {
+		lmu.Lock()
+		defer lmu.Unlock()
 		for _, l := range listeners {
 			l.Close()
 		}
 	}()
-	if cfg.listenUnix != "" {
-		l, err := listenUnix(cfg.listenUnix)
-		if err != nil {
-			return err
-		}
-		listeners = append(listeners, l)
-	}
-	if cfg.listenTCP != "" {
-		l, err := net.Listen("tcp", cfg.listenTCP)
-		if err != nil {
-			return fmt.Errorf("listen on %s: %w", cfg.listenTCP, err)
-		}
-		listeners = append(listeners, l)
-	}
-	// The official code-interpreter SDK checks that something accepts
-	// connections on the Jupyter port before it runs code; here the
-	// interpreters are served by execd itself, so execd answers there too.
-	if cfg.listenCI != "" {
-		if l, err := net.Listen("tcp", cfg.listenCI); err != nil {
-			log.Warn("interpreter readiness port unavailable", "addr", cfg.listenCI, "err", err)
-		} else {
-			listeners = append(listeners, l)
-		}
-	}
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	var served sync.WaitGroup
-	for _, l := range listeners {
+	serveOn := func(srv *http.Server, l net.Listener) {
+		lmu.Lock()
+		listeners = append(listeners, l)
+		lmu.Unlock()
 		served.Add(1)
 		go func() {
 			defer served.Done()
@@ -192,25 +187,96 @@ func serve(cfg config, log *slog.Logger) error {
 			}
 		}()
 	}
+	// startTCP listens on the TCP addresses: at once, or when claimed.
+	startTCP := func() error {
+		if cfg.listenTCP != "" {
+			l, err := net.Listen("tcp", cfg.listenTCP)
+			if err != nil {
+				return fmt.Errorf("listen on %s: %w", cfg.listenTCP, err)
+			}
+			serveOn(srv, l)
+		}
+		// The official code-interpreter SDK checks that something accepts
+		// connections on the Jupyter port before it runs code; here the
+		// interpreters are served by execd itself, so execd answers there too.
+		if cfg.listenCI != "" {
+			if l, err := net.Listen("tcp", cfg.listenCI); err != nil {
+				log.Warn("interpreter readiness port unavailable", "addr", cfg.listenCI, "err", err)
+			} else {
+				serveOn(srv, l)
+			}
+		}
+		return nil
+	}
 
 	var entry *entrypoint
-	if len(cfg.entrypoint) > 0 {
-		entry, err = startEntrypoint(cfg.entrypoint, reaper, log)
+	cl := &claimer{state: execd.ClaimClaimed}
+	if cfg.pooled {
+		cl.state = execd.ClaimIdle
+	}
+	cl.personalise = func(req execd.ClaimRequest) error {
+		for _, f := range req.Files {
+			if err := writeClaimFile(f); err != nil {
+				return err
+			}
+		}
+		env := mergeEnv(os.Environ(), req.Env)
+		backend.SetEnv(env)
+		if err := startTCP(); err != nil {
+			return err
+		}
+		if len(req.Entrypoint) > 0 {
+			e, err := startEntrypoint(req.Entrypoint, env, reaper, log)
+			if err != nil {
+				log.Error("entrypoint did not start", "argv", req.Entrypoint, "err", err)
+				return nil // as at boot: the sandbox stays usable through execd
+			}
+			lmu.Lock()
+			entry = e
+			lmu.Unlock()
+		}
+		log.Info("claimed", "env", len(req.Env), "files", len(req.Files), "entrypoint", req.Entrypoint)
+		return nil
+	}
+	if cfg.listenUnix != "" {
+		l, err := listenUnix(cfg.listenUnix)
 		if err != nil {
-			// The sandbox stays usable through execd; the failure is logged.
-			log.Error("entrypoint did not start", "argv", cfg.entrypoint, "err", err)
+			return err
+		}
+		unixSrv := &http.Server{Handler: cl.routes(handler), ReadHeaderTimeout: 30 * time.Second, ErrorLog: srv.ErrorLog}
+		defer func() { _ = unixSrv.Close() }()
+		serveOn(unixSrv, l)
+	}
+	if !cfg.pooled {
+		if err := startTCP(); err != nil {
+			return err
+		}
+		if len(cfg.entrypoint) > 0 {
+			entry, err = startEntrypoint(cfg.entrypoint, nil, reaper, log)
+			if err != nil {
+				// The sandbox stays usable through execd; the failure is logged.
+				log.Error("entrypoint did not start", "argv", cfg.entrypoint, "err", err)
+			}
 		}
 	}
 
 	sig := <-sigs
 	log.Info("stopping", "signal", sig.String())
-	if entry != nil {
-		entry.stop(sig.(syscall.Signal), cfg.stopGrace)
+	lmu.Lock()
+	e := entry
+	lmu.Unlock()
+	if e != nil {
+		e.stop(sig.(syscall.Signal), cfg.stopGrace)
 	}
 	shutdownCtx, cancelShutdown := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancelShutdown()
 	handler.Close()
 	_ = srv.Shutdown(shutdownCtx)
+	lmu.Lock()
+	for _, l := range listeners {
+		l.Close()
+	}
+	lmu.Unlock()
 	served.Wait()
 	if cfg.listenUnix != "" {
 		_ = os.Remove(cfg.listenUnix)
@@ -256,9 +322,10 @@ type entrypoint struct {
 }
 
 // startEntrypoint starts argv in its own process group with this process's
-// stdio and environment.
-func startEntrypoint(argv []string, reaper *osbackend.Reaper, log *slog.Logger) (*entrypoint, error) {
+// stdio and env (nil = this process's environment).
+func startEntrypoint(argv, env []string, reaper *osbackend.Reaper, log *slog.Logger) (*entrypoint, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = env
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	e := &entrypoint{done: make(chan struct{}), log: log}

@@ -18,9 +18,11 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hybox-dev/hybox/execd"
@@ -145,7 +147,9 @@ type Executor struct {
 	leftMu    sync.Mutex
 	leftovers map[int]struct{} // process groups of finished commands still running
 
-	warmOK       bool // Options.WarmShell and the shell can have one
+	// env is the base environment (Options.Env until SetEnv replaces it).
+	env          atomic.Pointer[[]string]
+	warmOK       atomic.Bool // Options.WarmShell and the shell can have one
 	warmMu       sync.Mutex
 	warm         *warmShell  // idle, or nil
 	warmStarting bool        // a warm shell is being started
@@ -171,11 +175,29 @@ func New(opts Options) (*Executor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("osbackend: open root: %w", err)
 	}
-	b := &Executor{opts: opts, root: root, live: map[closer]struct{}{}, leftovers: map[int]struct{}{},
-		warmOK: opts.WarmShell && warmCapable(&opts)}
+	b := &Executor{opts: opts, root: root, live: map[closer]struct{}{}, leftovers: map[int]struct{}{}}
+	env := opts.Env
+	b.env.Store(&env)
+	b.warmOK.Store(opts.WarmShell && warmCapable(opts.Shell, env))
 	b.refillWarm()
 	return b, nil
 }
+
+// SetEnv replaces the base environment of every process started from now
+// on ("KEY=VALUE"): a pooled sandbox gets its own when it is claimed. The
+// idle warm shell, started with the old one, is discarded.
+func (b *Executor) SetEnv(env []string) {
+	env = slices.Clone(env)
+	b.env.Store(&env)
+	b.warmOK.Store(b.opts.WarmShell && warmCapable(b.opts.Shell, env))
+	if w := b.claimWarm(); w != nil {
+		_ = w.Close()
+	}
+	b.refillWarm()
+}
+
+// baseEnv is the current base environment.
+func (b *Executor) baseEnv() []string { return *b.env.Load() }
 
 // Root implements execd.Executor.
 func (b *Executor) Root() *os.Root { return b.root }
@@ -257,9 +279,10 @@ func sortedKeys(m map[string]string) []string {
 
 // environ returns the base environment with extra variables set.
 func (b *Executor) environ(extra map[string]string) []string {
-	env := make([]string, 0, len(b.opts.Env)+len(extra))
+	base := b.baseEnv()
+	env := make([]string, 0, len(base)+len(extra))
 	keys := sortedKeys(extra)
-	for _, kv := range b.opts.Env {
+	for _, kv := range base {
 		k, _, _ := strings.Cut(kv, "=")
 		if _, ok := extra[k]; !ok {
 			env = append(env, kv)
@@ -273,7 +296,7 @@ func (b *Executor) environ(extra map[string]string) []string {
 
 // getenv reads a variable of the base environment.
 func (b *Executor) getenv(key string) string {
-	for _, kv := range b.opts.Env {
+	for _, kv := range b.baseEnv() {
 		if k, v, ok := strings.Cut(kv, "="); ok && k == key {
 			return v
 		}

@@ -39,7 +39,7 @@ func (b *Executor) StartCommand(ctx context.Context, spec execd.ProcessSpec) (ex
 	p := &process{b: b, stdout: orDiscard(spec.Stdout), stderr: orDiscard(spec.Stderr)}
 	shared := sameWriter(p.stdout, p.stderr)
 	defer b.scheduleWarm()
-	if cred == nil && b.warmOK {
+	if cred == nil && b.warmOK.Load() {
 		if b.startWarmCommand(p, spec, dir, shared) {
 			p.stopKill = context.AfterFunc(ctx, func() { _ = p.Kill() })
 			return p, nil

@@ -63,11 +63,11 @@ func (w *warmShell) dead() bool {
 
 // warmCapable reports whether the configuration allows warm shells: the
 // shell is bash and the base environment has no variable of the stub.
-func warmCapable(o *Options) bool {
-	if filepath.Base(o.Shell) != "bash" {
+func warmCapable(shell string, env []string) bool {
+	if filepath.Base(shell) != "bash" {
 		return false
 	}
-	for _, kv := range o.Env {
+	for _, kv := range env {
 		if strings.HasPrefix(kv, warmPrefix) || strings.ContainsRune(kv, 0) {
 			return false
 		}
@@ -84,7 +84,7 @@ const warmIdle = 20 * time.Millisecond
 // scheduleWarm (re)arms the start of the next warm shell for warmIdle from
 // now. Every command calls it.
 func (b *Executor) scheduleWarm() {
-	if !b.warmOK {
+	if !b.warmOK.Load() {
 		return
 	}
 	b.warmMu.Lock()
@@ -99,7 +99,7 @@ func (b *Executor) scheduleWarm() {
 // refillWarm starts a warm shell in the background unless one is idle or
 // starting, or the backend is closed.
 func (b *Executor) refillWarm() {
-	if !b.warmOK {
+	if !b.warmOK.Load() {
 		return
 	}
 	b.mu.Lock()
@@ -116,12 +116,18 @@ func (b *Executor) refillWarm() {
 	b.warmStarting = true
 	b.warmMu.Unlock()
 	go func() {
+		env := b.env.Load()
 		w, err := b.startWarm()
 		b.warmMu.Lock()
 		defer b.warmMu.Unlock()
 		b.warmStarting = false
 		if err != nil {
 			b.opts.Logger.Debug("osbackend: warm shell", "err", err)
+			return
+		}
+		if b.env.Load() != env { // SetEnv meanwhile: this one has the old environment
+			_ = w.Close()
+			go b.refillWarm()
 			return
 		}
 		if b.track(w) != nil { // closed meanwhile

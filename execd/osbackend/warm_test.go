@@ -20,7 +20,7 @@ import (
 func warmAndCold(t *testing.T) (warm, cold *Executor) {
 	t.Helper()
 	warm = newBackend(t, func(o *Options) { o.WarmShell = true })
-	if !warm.warmOK {
+	if !warm.warmOK.Load() {
 		t.Skip("the shell cannot have a warm shell (not bash)")
 	}
 	cold = newBackend(t, func(o *Options) { o.RootDir = warm.opts.RootDir })
@@ -57,7 +57,7 @@ type outcome struct {
 func runOn(t *testing.T, b *Executor, spec execd.ProcessSpec, shared bool) outcome {
 	t.Helper()
 	want := 0
-	if b.warmOK {
+	if b.warmOK.Load() {
 		want = idleWarm(t, b)
 		if _, ok := warmSetup(spec, "", "", false, ""); !ok {
 			idle := want
@@ -78,7 +78,7 @@ func runOn(t *testing.T, b *Executor, spec execd.ProcessSpec, shared bool) outco
 	if err != nil {
 		return outcome{err: err}
 	}
-	if b.warmOK && want > 0 && p.(*process).pgid != want {
+	if b.warmOK.Load() && want > 0 && p.(*process).pgid != want {
 		t.Fatalf("warm backend ran the command in %d, not on warm shell %d", p.(*process).pgid, want)
 	}
 	code, err := p.Wait()
@@ -158,7 +158,7 @@ func TestWarmShellMissingCwd(t *testing.T) {
 	for _, b := range []*Executor{warm, cold} {
 		_, err := b.StartCommand(context.Background(), execd.ProcessSpec{Command: "true", Cwd: "/missing"})
 		if !errors.Is(err, os.ErrNotExist) {
-			t.Fatalf("warm %v: missing cwd: %v, want ErrNotExist", b.warmOK, err)
+			t.Fatalf("warm %v: missing cwd: %v, want ErrNotExist", b.warmOK.Load(), err)
 		}
 	}
 }
@@ -167,7 +167,7 @@ func TestWarmShellKillsProcessGroup(t *testing.T) {
 	warm, cold := warmAndCold(t)
 	for _, b := range []*Executor{warm, cold} {
 		var want int
-		if b.warmOK {
+		if b.warmOK.Load() {
 			want = idleWarm(t, b)
 		}
 		var out recorder
@@ -175,7 +175,7 @@ func TestWarmShellKillsProcessGroup(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if b.warmOK && want > 0 && p.(*process).pgid != want {
+		if b.warmOK.Load() && want > 0 && p.(*process).pgid != want {
 			t.Fatal("the warm shell was not used")
 		}
 		var pid int
@@ -191,7 +191,7 @@ func TestWarmShellKillsProcessGroup(t *testing.T) {
 			t.Fatal(err)
 		}
 		if code, _ := p.Wait(); code != 137 {
-			t.Fatalf("warm %v: exit code %d, want 137", b.warmOK, code)
+			t.Fatalf("warm %v: exit code %d, want 137", b.warmOK.Load(), code)
 		}
 		waitGone(t, pid)
 	}
@@ -238,7 +238,7 @@ func TestWarmShellContextCancelKills(t *testing.T) {
 
 func TestWarmShellClosedWithBackend(t *testing.T) {
 	b := newBackend(t, func(o *Options) { o.WarmShell = true })
-	if !b.warmOK {
+	if !b.warmOK.Load() {
 		t.Skip("not bash")
 	}
 	pid := idleWarm(t, b)
@@ -303,4 +303,27 @@ type latencies []time.Duration
 func (l latencies) report(b *testing.B) {
 	sort.Slice(l, func(i, j int) bool { return l[i] < l[j] })
 	b.ReportMetric(float64(l[len(l)/2].Microseconds())/1000, "p50-ms")
+}
+
+// SetEnv (a pooled sandbox being claimed) reaches the next command on the
+// warm path and on the cold one; the warm shell started with the old
+// environment is never used again.
+func TestSetEnvReachesNextCommand(t *testing.T) {
+	warm, cold := warmAndCold(t)
+	for _, b := range []*Executor{warm, cold} {
+		old := 0
+		if b.warmOK.Load() {
+			old = idleWarm(t, b)
+		}
+		b.SetEnv(append(b.baseEnv(), "CLAIMED=yes"))
+		if old != 0 {
+			if now := idleWarm(t, b); now == old {
+				t.Fatalf("warm shell %d of the old environment is still idle", old)
+			}
+		}
+		o := runOn(t, b, execd.ProcessSpec{Command: "echo ${CLAIMED:-no}"}, false)
+		if o.err != nil || o.stdout != "yes\n" {
+			t.Fatalf("warm=%v: stdout %q, err %v; want yes", b.warmOK.Load(), o.stdout, o.err)
+		}
+	}
 }

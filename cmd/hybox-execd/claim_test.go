@@ -1,0 +1,168 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hybox-dev/hybox/execd"
+)
+
+// A --pooled daemon serves its unix socket only, starts nothing, and is
+// claimed once: reserve, then personalise (env for every later process
+// and the entrypoint, files, TCP listeners).
+func TestPooledDaemonClaim(t *testing.T) {
+	bin := buildStatic(t)
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "run", "execd.sock")
+	root := filepath.Join(dir, "root")
+	if err := os.Mkdir(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tcp := freePort(t)
+	var stderr bytes.Buffer
+	cmd := exec.Command(bin, "--pooled", "--listen-unix", sock, "--listen-tcp", tcp, "--listen-interpreter", "",
+		"--root", root, "--subreaper")
+	cmd.Stdout, cmd.Stderr = &stderr, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}}}
+	do := func(method, path string, body any) (int, string) {
+		t.Helper()
+		var rd io.Reader
+		if body != nil {
+			b, _ := json.Marshal(body)
+			rd = bytes.NewReader(b)
+		}
+		req, _ := http.NewRequest(method, "http://execd"+path, rd)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v\n%s", method, path, err, stderr.String())
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if c, err := net.Dial("unix", sock); err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("socket never appeared\n%s", stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	state := func() string {
+		t.Helper()
+		st, b := do("GET", execd.ClaimPath, nil)
+		var s execd.ClaimStatus
+		if st != 200 || json.Unmarshal([]byte(b), &s) != nil {
+			t.Fatalf("claim state: %d %s", st, b)
+		}
+		return s.State
+	}
+	if s := state(); s != execd.ClaimIdle {
+		t.Fatalf("state %q before the claim, want idle", s)
+	}
+	if c, err := net.Dial("tcp", tcp); err == nil {
+		c.Close()
+		t.Fatal("a pooled daemon listens on TCP before it is claimed")
+	}
+	// Personalising without reserving first is refused.
+	if st, b := do("POST", execd.ClaimPath, execd.ClaimRequest{}); st != http.StatusConflict {
+		t.Fatalf("claim without begin: %d %s", st, b)
+	}
+	if st, b := do("POST", execd.ClaimBeginPath, nil); st != http.StatusNoContent {
+		t.Fatalf("begin: %d %s", st, b)
+	}
+	if st, _ := do("POST", execd.ClaimBeginPath, nil); st != http.StatusConflict {
+		t.Fatalf("a second begin: %d, want 409", st)
+	}
+	if s := state(); s != execd.ClaimClaiming {
+		t.Fatalf("state %q after begin", s)
+	}
+	marker := filepath.Join(dir, "entry")
+	st, b := do("POST", execd.ClaimPath, execd.ClaimRequest{
+		Env:        map[string]string{"GREETING": "claimed"},
+		Files:      []execd.ClaimFile{{Path: filepath.Join(dir, "etc", "claimed.txt"), Data: []byte("file\n")}},
+		Entrypoint: []string{"sh", "-c", "echo $GREETING > " + marker + "; exec sleep 60"},
+	})
+	if st != http.StatusNoContent {
+		t.Fatalf("claim: %d %s\n%s", st, b, stderr.String())
+	}
+	if s := state(); s != execd.ClaimClaimed {
+		t.Fatalf("state %q after the claim", s)
+	}
+	if got, err := os.ReadFile(filepath.Join(dir, "etc", "claimed.txt")); err != nil || string(got) != "file\n" {
+		t.Fatalf("claim file: %q %v", got, err)
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		got, _ := os.ReadFile(marker)
+		if string(got) == "claimed\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the entrypoint did not run with the claim's env (marker %q)\n%s", got, stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Commands get the claim's environment, over TCP too now.
+	resp, err := http.Post("http://"+tcp+"/command", "application/json", strings.NewReader(`{"command":"echo $GREETING"}`))
+	if err != nil {
+		t.Fatalf("tcp after the claim: %v", err)
+	}
+	defer resp.Body.Close()
+	var out []string
+	for _, ev := range events(t, resp.Body) {
+		if ev["type"] == "stdout" {
+			out = append(out, ev["text"].(string))
+		}
+	}
+	if len(out) != 1 || out[0] != "claimed" {
+		t.Fatalf("command output %v, want [claimed]", out)
+	}
+	// Claimed once: no second claim.
+	if st, _ := do("POST", execd.ClaimBeginPath, nil); st != http.StatusConflict {
+		t.Fatalf("begin after the claim: %d, want 409", st)
+	}
+}
+
+// A daemon that was never pooled reports itself claimed and refuses a claim.
+func TestUnpooledDaemonRefusesClaim(t *testing.T) {
+	cl := &claimer{state: execd.ClaimClaimed, personalise: func(execd.ClaimRequest) error {
+		t.Fatal("personalised")
+		return nil
+	}}
+	h := cl.routes(http.NotFoundHandler())
+	for _, p := range []string{execd.ClaimBeginPath, execd.ClaimPath} {
+		rec := httptest.NewRecorder()
+		req, _ := http.NewRequest("POST", p, strings.NewReader("{}"))
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusConflict {
+			t.Fatalf("POST %s: %d %s", p, rec.Code, rec.Body.String())
+		}
+	}
+}
