@@ -178,3 +178,25 @@ type ImageStore interface {
 
 // ExtensionRuntime is the extensions key that selects a runtime.
 const ExtensionRuntime = "hybox.io/runtime"
+
+// Pooler is implemented by runtimes that can start sandboxes before a
+// create asks for them (warm pools) and personalise one when a create
+// claims it. A pool member has the id the claimed sandbox will have.
+type Pooler interface {
+	// Warm starts a pool member for spec: image, resource limits and the
+	// egress files (spec.Egress.Files; nothing is enforced yet) as a
+	// create would, no entrypoint, no user environment; running, its
+	// network attached and execd answering on the server's side only.
+	Warm(ctx context.Context, spec Spec) (Sandbox, error)
+	// Claim personalises member (made by Warm or RestoreWarm) for spec,
+	// which has the member's id: the egress policy enforced, limits set,
+	// environment, egress files and entrypoint given. The first step
+	// reserves the member, so after any error, or a crash of the server
+	// during Claim, the member is not reusable: destroy it.
+	Claim(ctx context.Context, member Sandbox, spec Spec) error
+	// RestoreWarm re-attaches a pool member after a server restart.
+	//
+	// # Errors
+	// When it is gone or a claim had begun (destroy it).
+	RestoreWarm(ctx context.Context, spec Spec) (Sandbox, error)
+}

@@ -8,6 +8,8 @@ package oci
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -251,6 +253,16 @@ func addrPath(spec runtimes.Spec) string   { return filepath.Join(spec.Dir, "add
 // Create starts a container and waits until its execd answers. On any
 // failure everything created so far is removed.
 func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Sandbox, error) {
+	sb, err := r.create(ctx, spec, false)
+	if err != nil {
+		return nil, err
+	}
+	return sb, nil
+}
+
+// create makes the container of spec; a pooled one (a warm-pool member,
+// see Warm) gets no entrypoint and its egress is not enforced yet.
+func (r *Runtime) create(ctx context.Context, spec runtimes.Spec, pooled bool) (*Sandbox, error) {
 	ctx = r.b.ctx(ctx)
 	volumes, err := r.b.volumeMounts(spec.Volumes)
 	if err != nil {
@@ -298,7 +310,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Sand
 	// The egress policy is installed in the namespace while the image is
 	// prepared, and joined before the workload starts.
 	enforced := make(chan error, 1)
-	if spec.Egress != nil && r.b.net.enabled {
+	if spec.Egress != nil && r.b.net.enabled && !pooled {
 		go func() { enforced <- spec.Egress.Enforce(ctx, r.b.net.nsPath(spec.ID)) }()
 	} else {
 		enforced <- nil
@@ -324,7 +336,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Sand
 			return nil, fmt.Errorf("unpack %s: %w", spec.Image, err)
 		}
 	}
-	specOpts, err := r.specOpts(spec, img, volumes)
+	specOpts, err := r.specOpts(spec, img, volumes, pooled)
 	if err != nil {
 		return nil, err
 	}
@@ -391,14 +403,18 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Sand
 // specOpts builds the container's OCI spec: hybox-execd as PID 1 starting
 // the user's entrypoint, the execd mounts, the sandbox's network
 // namespace, limits and a reduced privilege set.
-func (r *Runtime) specOpts(spec runtimes.Spec, img containerd.Image, volumes []specs.Mount) ([]oci.SpecOpts, error) {
-	args := []string{execdInBox, "--listen-unix", execdSocketBox, "--listen-tcp", "0.0.0.0:44772", "--root", "/", "--"}
-	args = append(args, spec.Entrypoint...)
+func (r *Runtime) specOpts(spec runtimes.Spec, img containerd.Image, volumes []specs.Mount, pooled bool) ([]oci.SpecOpts, error) {
+	args := []string{execdInBox, "--listen-unix", execdSocketBox, "--listen-tcp", "0.0.0.0:44772", "--root", "/"}
+	if pooled {
+		args = append(args, "--pooled")
+	} else {
+		args = append(append(args, "--"), spec.Entrypoint...)
+	}
 	env := make([]string, 0, len(spec.Env))
 	var egressMounts []specs.Mount
 	if spec.Egress != nil && r.b.net.enabled {
-		for k, v := range spec.Egress.Env() {
-			if _, ok := spec.Env[k]; !ok {
+		if !pooled {
+			for k, v := range egressEnv(spec) {
 				env = append(env, k+"="+v)
 			}
 		}
@@ -554,6 +570,25 @@ func (b *Containerd) remove(ctx context.Context, id string) error {
 	return errors.Join(errs...)
 }
 
+// egressHostFile is where the host keeps the egress file of spec that
+// is mounted at path inside the sandbox.
+func egressHostFile(spec runtimes.Spec, path string) string {
+	sum := sha256.Sum256([]byte(path))
+	return filepath.Join(spec.Dir, "egress", hex.EncodeToString(sum[:6])+"-"+filepath.Base(path))
+}
+
+// egressEnv is the environment the egress controller gives the sandbox,
+// without the variables the sandbox sets itself.
+func egressEnv(spec runtimes.Spec) map[string]string {
+	out := map[string]string{}
+	for k, v := range spec.Egress.Env() {
+		if _, ok := spec.Env[k]; !ok {
+			out[k] = v
+		}
+	}
+	return out
+}
+
 // writeEgressFiles writes the files the egress controller gives the
 // sandbox (its resolv.conf, a trust store with its CA) into the sandbox's
 // directory and returns read-only bind mounts for them.
@@ -572,11 +607,11 @@ func writeEgressFiles(spec runtimes.Spec) ([]specs.Mount, error) {
 	}
 	sort.Strings(paths)
 	mounts := make([]specs.Mount, 0, len(paths))
-	for i, p := range paths {
+	for _, p := range paths {
 		if !filepath.IsAbs(p) {
 			return nil, fmt.Errorf("egress file %q: not an absolute path", p)
 		}
-		src := filepath.Join(dir, fmt.Sprintf("%02d-%s", i, filepath.Base(p)))
+		src := egressHostFile(spec, p)
 		if err := os.WriteFile(src, files[p], 0o644); err != nil {
 			return nil, fmt.Errorf("egress files: %w", err)
 		}

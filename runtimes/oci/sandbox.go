@@ -11,7 +11,9 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
+	"path"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -171,6 +173,11 @@ func (s *Sandbox) Execd() http.Handler {
 		s.mu.Unlock()
 		if paused {
 			errdefs.Write(w, runtimes.ErrPaused)
+			return
+		}
+		// The claim routes of a pool member are the server's alone.
+		if strings.HasPrefix(path.Clean("/"+r.URL.Path)+"/", execd.ClaimPrefix) {
+			errdefs.Write(w, errdefs.New(api.ErrorCodeNOTFOUND, "no execd route %s", r.URL.Path))
 			return
 		}
 		// Without full duplex, net/http discards the rest of the request
