@@ -170,6 +170,9 @@ type ImageStore interface {
 	Import(ctx context.Context, archive io.Reader) ([]Image, error)
 	// List lists the images.
 	List(ctx context.Context) ([]Image, error)
+	// Get returns the image ref names (a short name such as python:3
+	// matches its full reference); ErrNotFound when it is not present.
+	Get(ctx context.Context, ref string) (Image, error)
 	// Remove deletes an image; ErrNotFound when it does not exist.
 	Remove(ctx context.Context, name string) error
 	// Pull fetches ref from its registry and unpacks it.
@@ -194,6 +197,10 @@ type Pooler interface {
 	// reserves the member, so after any error, or a crash of the server
 	// during Claim, the member is not reusable: destroy it.
 	Claim(ctx context.Context, member Sandbox, spec Spec) error
+	// UpdatesLimits reports whether Claim can give a member other resource
+	// limits than it started with (runc can; gVisor keeps the limits it
+	// booted with in its own view, so its pools serve only their own).
+	UpdatesLimits() bool
 	// RestoreWarm re-attaches a pool member after a server restart.
 	//
 	// # Errors

@@ -67,6 +67,11 @@ func (s *Server) routes() *gin.Engine {
 		a.POST("/images/import", s.importImage)
 		a.POST("/images/pull", s.pullImage)
 		a.DELETE("/images/*name", s.removeImage)
+		a.GET("/pools", s.listPools)
+		a.POST("/pools", s.createPool)
+		a.GET("/pools/:name", s.getPool)
+		a.PUT("/pools/:name", s.updatePool)
+		a.DELETE("/pools/:name", s.deletePool)
 		// SDK telemetry after each create: accepted and dropped.
 		a.POST("/metrics/events", func(c *gin.Context) { c.Status(http.StatusNoContent) })
 	}

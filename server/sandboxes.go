@@ -73,6 +73,10 @@ func (s *Server) createSandbox(c *gin.Context) {
 		s.abortErr(c, err)
 		return
 	}
+	if err := s.pools.applyRef(&req); err != nil {
+		s.abortErr(c, err)
+		return
+	}
 	rec, err := s.recordFromRequest(&req)
 	if err != nil {
 		s.abortErr(c, err)
@@ -88,6 +92,14 @@ func (s *Server) createSandbox(c *gin.Context) {
 		return
 	}
 	rec.Runtime = rt.Name()
+	// A pool member of this image and runtime makes it a claim; without
+	// an idle one (or when the claim fails) the create is served cold.
+	if p, m := s.pools.take(rec, rt); m != nil {
+		if s.claim(c, rec, p, m) {
+			return
+		}
+	}
+	defer s.pools.coldCreate()()
 	unlock := s.lock(rec.ID)
 	defer unlock()
 	// What a failed create made is undone, newest first. The record is

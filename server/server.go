@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -26,6 +27,7 @@ import (
 	"github.com/hybox-dev/hybox/internal/cleanup"
 	"github.com/hybox-dev/hybox/policy/egress"
 	"github.com/hybox-dev/hybox/runtimes"
+	"github.com/hybox-dev/hybox/sdks/go/api"
 	"github.com/hybox-dev/hybox/vault"
 )
 
@@ -62,6 +64,12 @@ type Options struct {
 	// VaultKey seals credential vaults at rest; nil turns the credential
 	// proxy off (creating a sandbox that asks for it fails clearly).
 	VaultKey *vault.Key
+	// Pools are the warm pools of the configuration file (those created
+	// through the API are kept in the database).
+	Pools []api.CreatePoolRequest
+	// Failpoint, for crash tests only, names a step at which the server
+	// kills itself with SIGKILL ("pool-claimed").
+	Failpoint string
 	// Logger; nil = slog.Default().
 	Logger *slog.Logger
 }
@@ -124,6 +132,9 @@ type Server struct {
 	// locks serialises lifecycle operations per sandbox.
 	locks sync.Map // id → *sync.Mutex
 
+	// pools are the warm pools of container sandboxes.
+	pools *poolSet
+
 	stopReaper context.CancelFunc
 	reaperDone chan struct{}
 }
@@ -150,6 +161,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	defer cu.Clean()
 	s := &Server{opts: opts, store: st, log: opts.Logger, live: map[string]runtimes.Sandbox{},
 		egress: map[string]*egress.Controller{}}
+	s.pools = newPoolSet(s)
 	key, err := loadRouteKey(opts.DataDir)
 	if err != nil {
 		return nil, err
@@ -164,6 +176,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	if err := s.recover(ctx); err != nil {
 		return nil, err
 	}
+	s.pools.start()
 	cu.Release()
 	rctx, cancel := context.WithCancel(context.Background())
 	s.stopReaper = cancel
@@ -195,6 +208,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 func (s *Server) Close(ctx context.Context) error {
 	s.stopReaper()
 	<-s.reaperDone
+	s.pools.close(ctx)
 	s.mu.Lock()
 	live, eg := s.live, s.egress
 	s.live, s.egress = map[string]runtimes.Sandbox{}, map[string]*egress.Controller{}
@@ -231,8 +245,18 @@ func (s *Server) recover(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.removeOrphans(recs)
-	s.sweep(ctx, recs)
+	members, err := s.store.listMembers()
+	if err != nil {
+		return err
+	}
+	// Pool members' directories and containers are not orphans.
+	known := slices.Clone(recs)
+	for _, m := range members {
+		known = append(known, &Record{ID: m.ID})
+	}
+	s.removeOrphans(known)
+	s.sweep(ctx, known)
+	defer func() { s.pools.load(ctx, s.opts.Pools, members, recs) }()
 	now := time.Now()
 	for _, r := range recs {
 		if r.ExpiresAt != nil && now.After(*r.ExpiresAt) {
@@ -399,6 +423,9 @@ func (s *Server) destroy(ctx context.Context, r *Record) error {
 	}
 	if err := s.store.delete(r.ID); err != nil {
 		errs = append(errs, err)
+	}
+	if r.Pool != "" {
+		s.pools.release(r.Pool)
 	}
 	return errors.Join(errs...)
 }

@@ -40,12 +40,18 @@ type Record struct {
 	NetworkPolicy *policy.Policy `json:"networkPolicy,omitempty"`
 	// CredentialProxy says the sandbox has a credential vault.
 	CredentialProxy bool `json:"credentialProxy,omitempty"`
+	// Pool names the warm pool the sandbox was claimed from ("" = cold).
+	Pool string `json:"pool,omitempty"`
 }
 
 var (
 	bucketSandboxes = []byte("sandboxes")
 	// bucketEgress holds each sandbox's sealed vault and CA.
 	bucketEgress = []byte("egress")
+	// bucketPools holds the pools created through the API.
+	bucketPools = []byte("pools")
+	// bucketMembers holds the idle members of every pool.
+	bucketMembers = []byte("poolMembers")
 )
 
 // store persists records in a bbolt database.
@@ -59,11 +65,12 @@ func openStore(path string) (*store, error) {
 		return nil, fmt.Errorf("open database %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		if _, err := tx.CreateBucketIfNotExists(bucketSandboxes); err != nil {
-			return err
+		for _, b := range [][]byte{bucketSandboxes, bucketEgress, bucketPools, bucketMembers} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
 		}
-		_, err := tx.CreateBucketIfNotExists(bucketEgress)
-		return err
+		return nil
 	})
 	if err != nil {
 		_ = db.Close()

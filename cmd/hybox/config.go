@@ -11,6 +11,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/hybox-dev/hybox/runtimes"
+	"github.com/hybox-dev/hybox/sdks/go/api"
 )
 
 //go:embed defaults.toml
@@ -34,6 +35,50 @@ type config struct {
 	OCI            ociConfig            `toml:"oci"`
 	Egress         egressConfig         `toml:"egress"`
 	Vault          vaultConfig          `toml:"vault"`
+	Pools          []poolConfig         `toml:"pools"`
+}
+
+// poolConfig is one [[pools]] entry: a warm pool of containers.
+type poolConfig struct {
+	Name    string `toml:"name"`
+	Image   string `toml:"image"`
+	Runtime string `toml:"runtime"` // "" = oci.default_runtime
+	// Size is the number of idle members kept (bufferMin = bufferMax =
+	// size); the four counts below override it one by one.
+	Size      int      `toml:"size"`
+	BufferMin *int     `toml:"buffer_min"`
+	BufferMax *int     `toml:"buffer_max"`
+	PoolMin   *int     `toml:"pool_min"`
+	PoolMax   *int     `toml:"pool_max"`
+	MaxIdle   duration `toml:"max_idle"` // 0 = members are never replaced for age
+	Memory    string   `toml:"memory"`
+	CPU       string   `toml:"cpu"`
+}
+
+// request is the pool as the API would create it.
+func (p poolConfig) request() api.CreatePoolRequest {
+	pick := func(v *int, def int) int {
+		if v != nil {
+			return *v
+		}
+		return def
+	}
+	limits := map[string]string{}
+	if p.Memory != "" {
+		limits["memory"] = p.Memory
+	}
+	if p.CPU != "" {
+		limits["cpu"] = p.CPU
+	}
+	if len(limits) == 0 {
+		limits = nil
+	}
+	bufMax := pick(p.BufferMax, p.Size)
+	return api.CreatePoolRequest{Name: p.Name,
+		Template: api.PoolTemplate{Image: api.ImageSpec{URI: p.Image}, Runtime: p.Runtime, ResourceLimits: limits,
+			MaxIdleSeconds: int(p.MaxIdle.Seconds())},
+		CapacitySpec: api.PoolCapacitySpec{BufferMin: pick(p.BufferMin, p.Size), BufferMax: bufMax,
+			PoolMin: pick(p.PoolMin, 0), PoolMax: pick(p.PoolMax, max(bufMax, 1024))}}
 }
 
 type egressConfig struct {

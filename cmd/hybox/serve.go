@@ -20,6 +20,7 @@ import (
 	"github.com/hybox-dev/hybox/runtimes/oci"
 	"github.com/hybox-dev/hybox/runtimes/wasm"
 	"github.com/hybox-dev/hybox/runtimes/wasm/engine"
+	"github.com/hybox-dev/hybox/sdks/go/api"
 	"github.com/hybox-dev/hybox/server"
 	"github.com/hybox-dev/hybox/vault"
 )
@@ -216,10 +217,15 @@ func serve(ctx context.Context, cfg *config) error {
 	if err != nil {
 		return err
 	}
+	var pools []api.CreatePoolRequest
+	for _, p := range cfg.Pools {
+		pools = append(pools, p.request())
+	}
 	srv, err := server.New(ctx, server.Options{
 		DataDir: cfg.DataDir, APIKey: key, Insecure: cfg.Insecure, Runtimes: router,
 		PublicHost: cfg.PublicHost, ReapInterval: cfg.ReapInterval.Duration, Logger: log, Images: images,
 		IngressDomain: cfg.IngressDomain, Egress: eg, VaultKey: vaultKey,
+		Pools: pools, Failpoint: os.Getenv("HYBOX_TEST_FAILPOINT"),
 	})
 	if err != nil {
 		return err

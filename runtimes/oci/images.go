@@ -147,6 +147,24 @@ func isAuthError(err error) bool {
 	return strings.Contains(msg, "401 Unauthorized") || strings.Contains(msg, "403 Forbidden")
 }
 
+// Get implements runtimes.ImageStore.
+func (b *Containerd) Get(ctx context.Context, ref string) (runtimes.Image, error) {
+	ctx = b.ctx(ctx)
+	img, err := b.client.GetImage(ctx, ref)
+	if errdefs.IsNotFound(err) {
+		if full := normalizeRef(ref); full != ref {
+			img, err = b.client.GetImage(ctx, full)
+		}
+	}
+	if errdefs.IsNotFound(err) {
+		return runtimes.Image{}, fmt.Errorf("%w: image %s is not present (import it with `hybox image import FILE` or pull it)", runtimes.ErrNotFound, ref)
+	}
+	if err != nil {
+		return runtimes.Image{}, err
+	}
+	return wireImage(ctx, img), nil
+}
+
 // normalizeRef expands a short image name as Docker does ("python:3" →
 // "docker.io/library/python:3"); a name it cannot parse is kept as given.
 func normalizeRef(ref string) string {

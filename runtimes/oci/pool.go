@@ -36,6 +36,11 @@ func (r *Runtime) Warm(ctx context.Context, spec runtimes.Spec) (runtimes.Sandbo
 	return sb, nil
 }
 
+// UpdatesLimits implements runtimes.Pooler: runc updates the cgroup of a
+// running container; under gVisor the sandbox's own view of its limits is
+// fixed at boot, so a claim there must ask for the member's limits.
+func (r *Runtime) UpdatesLimits() bool { return r.name == "runc" }
+
 // RestoreWarm implements runtimes.Pooler.
 func (r *Runtime) RestoreWarm(ctx context.Context, spec runtimes.Spec) (runtimes.Sandbox, error) {
 	spec.Egress = nil // nothing of a member's is enforced
@@ -66,6 +71,9 @@ func (r *Runtime) Claim(ctx context.Context, member runtimes.Sandbox, spec runti
 	}
 	if len(spec.Volumes) > 0 {
 		return fmt.Errorf("%w: a pool member cannot take volumes", runtimes.ErrInvalid)
+	}
+	if !r.UpdatesLimits() && !r.sameLimits(sb.spec, spec) {
+		return fmt.Errorf("%w: %s cannot change the limits of a pool member; claim with the pool's limits", runtimes.ErrNotSupported, r.name)
 	}
 	ctx = r.b.ctx(ctx)
 	if err := sb.claimCall(ctx, http.MethodPost, execd.ClaimBeginPath, nil, nil); err != nil {
@@ -113,16 +121,10 @@ func (r *Runtime) Claim(ctx context.Context, member runtimes.Sandbox, spec runti
 // updateLimits sets the cgroup limits of spec on a member started with
 // those of was, when they differ.
 func (r *Runtime) updateLimits(ctx context.Context, was, spec runtimes.Spec) error {
-	mem, wasMem := spec.MemoryBytes, was.MemoryBytes
-	if mem <= 0 {
-		mem = r.b.opts.DefaultMemoryBytes
-	}
-	if wasMem <= 0 {
-		wasMem = r.b.opts.DefaultMemoryBytes
-	}
-	if mem == wasMem && spec.CPUMillis == was.CPUMillis {
+	if r.sameLimits(was, spec) {
 		return nil
 	}
+	mem := r.memory(spec)
 	res := &specs.LinuxResources{Memory: &specs.LinuxMemory{Limit: &mem, Swap: &mem}}
 	const period = 100000
 	quota, p := int64(-1), uint64(period)
@@ -142,6 +144,18 @@ func (r *Runtime) updateLimits(ctx context.Context, was, spec runtimes.Spec) err
 		return fmt.Errorf("set the limits of %s: %w", spec.ID, err)
 	}
 	return nil
+}
+
+// memory is the memory limit spec gets.
+func (r *Runtime) memory(spec runtimes.Spec) int64 {
+	if spec.MemoryBytes > 0 {
+		return spec.MemoryBytes
+	}
+	return r.b.opts.DefaultMemoryBytes
+}
+
+func (r *Runtime) sameLimits(a, b runtimes.Spec) bool {
+	return r.memory(a) == r.memory(b) && a.CPUMillis == b.CPUMillis
 }
 
 // claimTimeout bounds each claim request to the member's execd.

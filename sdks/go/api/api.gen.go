@@ -335,6 +335,24 @@ func (e PolicyStatusStatus) Valid() bool {
 	}
 }
 
+// Defines values for PoolSource.
+const (
+	PoolSourceAPI    PoolSource = "api"
+	PoolSourceConfig PoolSource = "config"
+)
+
+// Valid indicates whether the value is a known member of the PoolSource enum.
+func (e PoolSource) Valid() bool {
+	switch e {
+	case PoolSourceAPI:
+		return true
+	case PoolSourceConfig:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for PtyClientMessageType.
 const (
 	PtyClientMessageTypePing   PtyClientMessageType = "ping"
@@ -568,6 +586,19 @@ type CommandStatus struct {
 	StartedAt  time.Time  `json:"started_at"`
 }
 
+// CreatePoolRequest defines model for CreatePoolRequest.
+type CreatePoolRequest struct {
+	// CapacitySpec How many members a pool keeps. When fewer than `bufferMin` (or than `poolMin` minus the
+	// sandboxes claimed from the pool) are idle, members are started until `bufferMax` are;
+	// idle plus claimed never exceeds `poolMax`. Needs `bufferMin <= bufferMax <= poolMax` and
+	// `poolMin <= poolMax`.
+	CapacitySpec PoolCapacitySpec `json:"capacitySpec"`
+	Name         string           `json:"name"`
+
+	// Template What every member of a pool is started from.
+	Template PoolTemplate `json:"template"`
+}
+
 // CreateSandboxRequest defines model for CreateSandboxRequest.
 type CreateSandboxRequest struct {
 	// CredentialProxy With `enabled`, outbound requests to hosts bound in the sandbox's credential vault get their
@@ -584,7 +615,10 @@ type CreateSandboxRequest struct {
 	// Extensions Free-form string settings, stored and echoed. hybox reads `hybox.io/runtime`, which
 	// picks the runtime: `wasm` (in-process WebAssembly: python, javascript, bash built-ins;
 	// no ports, no PTY, no host volumes), `runc` (OCI container) or `runsc` (OCI container
-	// under gVisor). An unknown or unavailable runtime is a 400.
+	// under gVisor). An unknown or unavailable runtime is a 400. `poolRef` names a warm pool
+	// (tag `pools`) to claim from: the image may then be omitted (the pool's is used), and an
+	// unknown pool, another image or volumes are a 400. Without `poolRef` a create still
+	// claims from a pool whose image and runtime match.
 	Extensions Extensions `json:"extensions,omitempty,omitzero"`
 	Image      ImageSpec  `json:"image"`
 
@@ -776,7 +810,10 @@ type ExecError struct {
 // Extensions Free-form string settings, stored and echoed. hybox reads `hybox.io/runtime`, which
 // picks the runtime: `wasm` (in-process WebAssembly: python, javascript, bash built-ins;
 // no ports, no PTY, no host volumes), `runc` (OCI container) or `runsc` (OCI container
-// under gVisor). An unknown or unavailable runtime is a 400.
+// under gVisor). An unknown or unavailable runtime is a 400. `poolRef` names a warm pool
+// (tag `pools`) to claim from: the image may then be omitted (the pool's is used), and an
+// unknown pool, another image or volumes are a 400. Without `poolRef` a create still
+// claims from a pool whose image and runtime match.
 type Extensions = map[string]string
 
 // FileInfo defines model for FileInfo.
@@ -969,6 +1006,76 @@ type PolicyStatusMode string
 // PolicyStatusStatus defines model for PolicyStatus.Status.
 type PolicyStatusStatus string
 
+// Pool defines model for Pool.
+type Pool struct {
+	// CapacitySpec How many members a pool keeps. When fewer than `bufferMin` (or than `poolMin` minus the
+	// sandboxes claimed from the pool) are idle, members are started until `bufferMax` are;
+	// idle plus claimed never exceeds `poolMax`. Needs `bufferMin <= bufferMax <= poolMax` and
+	// `poolMin <= poolMax`.
+	CapacitySpec PoolCapacitySpec `json:"capacitySpec"`
+	CreatedAt    time.Time        `json:"createdAt,omitempty,omitzero"`
+	Name         string           `json:"name"`
+
+	// Source Where the pool is defined.
+	Source PoolSource `json:"source"`
+	Status PoolStatus `json:"status"`
+
+	// Template What every member of a pool is started from.
+	Template PoolTemplate `json:"template"`
+}
+
+// PoolSource Where the pool is defined.
+type PoolSource string
+
+// PoolCapacitySpec How many members a pool keeps. When fewer than `bufferMin` (or than `poolMin` minus the
+// sandboxes claimed from the pool) are idle, members are started until `bufferMax` are;
+// idle plus claimed never exceeds `poolMax`. Needs `bufferMin <= bufferMax <= poolMax` and
+// `poolMin <= poolMax`.
+type PoolCapacitySpec struct {
+	BufferMax int `json:"bufferMax"`
+	BufferMin int `json:"bufferMin"`
+	PoolMax   int `json:"poolMax"`
+	PoolMin   int `json:"poolMin"`
+}
+
+// PoolList defines model for PoolList.
+type PoolList struct {
+	Items []Pool `json:"items"`
+}
+
+// PoolStatus defines model for PoolStatus.
+type PoolStatus struct {
+	// Allocated Sandboxes claimed from the pool that still exist.
+	Allocated int `json:"allocated"`
+
+	// Available Idle members, ready to be claimed.
+	Available int `json:"available"`
+
+	// LastError Why the last member failed to start, if it did.
+	LastError string `json:"lastError,omitempty,omitzero"`
+
+	// Starting Members being started now.
+	Starting int `json:"starting"`
+
+	// Total Idle members plus sandboxes claimed from the pool that still exist.
+	Total int `json:"total"`
+}
+
+// PoolTemplate What every member of a pool is started from.
+type PoolTemplate struct {
+	Image ImageSpec `json:"image"`
+
+	// MaxIdleSeconds An idle member older than this is replaced by a fresh one (0 = never).
+	MaxIdleSeconds int `json:"maxIdleSeconds,omitempty,omitzero"`
+
+	// ResourceLimits Limits a member starts with (`cpu`, `memory`, as in a create). A claim whose limits
+	// differ gets its own set before it is answered.
+	ResourceLimits map[string]string `json:"resourceLimits,omitempty,omitzero"`
+
+	// Runtime `runc` or `runsc` (default: the server's `oci.default_runtime`).
+	Runtime string `json:"runtime,omitempty,omitzero"`
+}
+
 // PtyClientMessage A text (JSON) frame from the client on the PTY WebSocket. Binary frames carry input
 // too: the byte 0x00 followed by the bytes to write.
 type PtyClientMessage struct {
@@ -1104,7 +1211,10 @@ type Sandbox struct {
 	// Extensions Free-form string settings, stored and echoed. hybox reads `hybox.io/runtime`, which
 	// picks the runtime: `wasm` (in-process WebAssembly: python, javascript, bash built-ins;
 	// no ports, no PTY, no host volumes), `runc` (OCI container) or `runsc` (OCI container
-	// under gVisor). An unknown or unavailable runtime is a 400.
+	// under gVisor). An unknown or unavailable runtime is a 400. `poolRef` names a warm pool
+	// (tag `pools`) to claim from: the image may then be omitted (the pool's is used), and an
+	// unknown pool, another image or volumes are a 400. Without `poolRef` a create still
+	// claims from a pool whose image and runtime match.
 	Extensions Extensions `json:"extensions,omitempty,omitzero"`
 	ID         string     `json:"id"`
 	Image      ImageSpec  `json:"image"`
@@ -1160,6 +1270,15 @@ type SessionRunRequest struct {
 
 	// Timeout Milliseconds; 0 or absent = the default.
 	Timeout int64 `json:"timeout,omitempty,omitzero"`
+}
+
+// UpdatePoolRequest defines model for UpdatePoolRequest.
+type UpdatePoolRequest struct {
+	// CapacitySpec How many members a pool keeps. When fewer than `bufferMin` (or than `poolMin` minus the
+	// sandboxes claimed from the pool) are idle, members are started until `bufferMax` are;
+	// idle plus claimed never exceeds `poolMax`. Needs `bufferMin <= bufferMax <= poolMax` and
+	// `poolMin <= poolMax`.
+	CapacitySpec PoolCapacitySpec `json:"capacitySpec"`
 }
 
 // UploadMetadata defines model for UploadMetadata.
@@ -1445,6 +1564,18 @@ type PayloadTooLarge = Error
 // the server's log under the request's `X-Request-ID`.
 type PermissionDenied = Error
 
+// PoolConflict Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
+// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
+// 5xx answer never carries internal details: its message is fixed, and the details are in
+// the server's log under the request's `X-Request-ID`.
+type PoolConflict = Error
+
+// PoolNotFound Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
+// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
+// 5xx answer never carries internal details: its message is fixed, and the details are in
+// the server's log under the request's `X-Request-ID`.
+type PoolNotFound = Error
+
 // ProxyUnauthorized Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
 // one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
 // 5xx answer never carries internal details: its message is fixed, and the details are in
@@ -1697,6 +1828,12 @@ type EgressSetPolicyJSONRequestBody = NetworkPolicy
 
 // EgressReplacePolicyJSONRequestBody defines body for EgressReplacePolicy for application/json ContentType.
 type EgressReplacePolicyJSONRequestBody = NetworkPolicy
+
+// CreatePoolJSONRequestBody defines body for CreatePool for application/json ContentType.
+type CreatePoolJSONRequestBody = CreatePoolRequest
+
+// UpdatePoolJSONRequestBody defines body for UpdatePool for application/json ContentType.
+type UpdatePoolJSONRequestBody = UpdatePoolRequest
 
 // ExecdCreatePtyJSONRequestBody defines body for ExecdCreatePty for application/json ContentType.
 type ExecdCreatePtyJSONRequestBody = PtyRequest

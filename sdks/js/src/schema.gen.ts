@@ -328,6 +328,57 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/pools": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List warm pools. */
+        get: operations["listPools"];
+        put?: never;
+        /**
+         * Create a warm pool.
+         * @description The pool is kept across restarts. Its image must be present on the server (import or
+         *     pull it first), and its runtime must be a container runtime this server runs.
+         */
+        post: operations["createPool"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/pools/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        /** A pool and its status. */
+        get: operations["getPool"];
+        /**
+         * Change a pool's capacity.
+         * @description Only `capacitySpec` can change (to change the template, delete and create the pool).
+         *     Idle members above the new `bufferMax` are removed; a pool created from the server's
+         *     configuration file cannot be changed here (400).
+         */
+        put: operations["updatePool"];
+        post?: never;
+        /**
+         * Delete a pool and its idle members.
+         * @description Sandboxes claimed from it keep running. A pool from the configuration file cannot be deleted here (400).
+         */
+        delete: operations["deletePool"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/metrics/events": {
         parameters: {
             query?: never;
@@ -1128,11 +1179,15 @@ export interface components {
          * @description Free-form string settings, stored and echoed. hybox reads `hybox.io/runtime`, which
          *     picks the runtime: `wasm` (in-process WebAssembly: python, javascript, bash built-ins;
          *     no ports, no PTY, no host volumes), `runc` (OCI container) or `runsc` (OCI container
-         *     under gVisor). An unknown or unavailable runtime is a 400.
+         *     under gVisor). An unknown or unavailable runtime is a 400. `poolRef` names a warm pool
+         *     (tag `pools`) to claim from: the image may then be omitted (the pool's is used), and an
+         *     unknown pool, another image or volumes are a 400. Without `poolRef` a create still
+         *     claims from a pool whose image and runtime match.
          */
         Extensions: {
             /** @enum {string} */
             "hybox.io/runtime"?: "wasm" | "runc" | "runsc";
+            poolRef?: string;
         } & {
             [key: string]: string;
         };
@@ -1443,6 +1498,69 @@ export interface components {
         PullImageRequest: {
             ref: string;
             auth?: components["schemas"]["ImageAuth"];
+        };
+        /**
+         * @description How many members a pool keeps. When fewer than `bufferMin` (or than `poolMin` minus the
+         *     sandboxes claimed from the pool) are idle, members are started until `bufferMax` are;
+         *     idle plus claimed never exceeds `poolMax`. Needs `bufferMin <= bufferMax <= poolMax` and
+         *     `poolMin <= poolMax`.
+         */
+        PoolCapacitySpec: {
+            bufferMax: number;
+            bufferMin: number;
+            poolMax: number;
+            poolMin: number;
+        };
+        /** @description What every member of a pool is started from. */
+        PoolTemplate: {
+            image: components["schemas"]["ImageSpec"];
+            /** @description `runc` or `runsc` (default: the server's `oci.default_runtime`). */
+            runtime?: string;
+            /**
+             * @description Limits a member starts with (`cpu`, `memory`, as in a create). A claim whose limits
+             *     differ gets its own set before it is answered.
+             */
+            resourceLimits?: {
+                [key: string]: string;
+            };
+            /** @description An idle member older than this is replaced by a fresh one (0 = never). */
+            maxIdleSeconds?: number;
+        };
+        CreatePoolRequest: {
+            name: string;
+            template: components["schemas"]["PoolTemplate"];
+            capacitySpec: components["schemas"]["PoolCapacitySpec"];
+        };
+        UpdatePoolRequest: {
+            capacitySpec: components["schemas"]["PoolCapacitySpec"];
+        };
+        PoolStatus: {
+            /** @description Idle members plus sandboxes claimed from the pool that still exist. */
+            total: number;
+            /** @description Sandboxes claimed from the pool that still exist. */
+            allocated: number;
+            /** @description Idle members, ready to be claimed. */
+            available: number;
+            /** @description Members being started now. */
+            starting: number;
+            /** @description Why the last member failed to start, if it did. */
+            lastError?: string;
+        };
+        Pool: {
+            name: string;
+            template: components["schemas"]["PoolTemplate"];
+            capacitySpec: components["schemas"]["PoolCapacitySpec"];
+            status: components["schemas"]["PoolStatus"];
+            /**
+             * @description Where the pool is defined.
+             * @enum {string}
+             */
+            source: "config" | "api";
+            /** Format: date-time */
+            createdAt?: string;
+        };
+        PoolList: {
+            items: components["schemas"]["Pool"][];
         };
         Ping: {
             /** @constant */
@@ -1775,6 +1893,24 @@ export interface components {
                  *       "message": "not found: sandbox 3f0c2a52-8d1e-4b7a-9c1e-2d8f4e6a7b90"
                  *     }
                  */
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+        /** @description `NOT_FOUND`: no pool of that name. */
+        PoolNotFound: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+        /** @description `CONFLICT`: a pool of that name exists. */
+        PoolConflict: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
                 "application/json": components["schemas"]["Error"];
             };
         };
@@ -3103,6 +3239,130 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["SandboxNotFound"];
+        };
+    };
+    listPools: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Every pool, from the configuration and from this API. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PoolList"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+        };
+    };
+    createPool: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreatePoolRequest"];
+            };
+        };
+        responses: {
+            /** @description The pool; its members start in the background. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Pool"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            409: components["responses"]["PoolConflict"];
+        };
+    };
+    getPool: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The pool. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Pool"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["PoolNotFound"];
+        };
+    };
+    updatePool: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["UpdatePoolRequest"];
+            };
+        };
+        responses: {
+            /** @description The pool. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Pool"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["PoolNotFound"];
+        };
+    };
+    deletePool: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["PoolNotFound"];
         };
     };
     postMetricsEvent: {

@@ -111,7 +111,10 @@ class Extensions(BaseModel):
     Free-form string settings, stored and echoed. hybox reads `hybox.io/runtime`, which
     picks the runtime: `wasm` (in-process WebAssembly: python, javascript, bash built-ins;
     no ports, no PTY, no host volumes), `runc` (OCI container) or `runsc` (OCI container
-    under gVisor). An unknown or unavailable runtime is a 400.
+    under gVisor). An unknown or unavailable runtime is a 400. `poolRef` names a warm pool
+    (tag `pools`) to claim from: the image may then be omitted (the pool's is used), and an
+    unknown pool, another image or volumes are a 400. Without `poolRef` a create still
+    claims from a pool whose image and runtime match.
 
     """
 
@@ -124,6 +127,7 @@ class Extensions(BaseModel):
     hybox_io_runtime: Annotated[
         Literal['wasm', 'runc', 'runsc'] | None, Field(alias='hybox.io/runtime')
     ] = None
+    poolRef: str | None = None
 
 
 class ResourceLimits(BaseModel):
@@ -450,6 +454,48 @@ class ImageList(BaseModel):
 class PullImageRequest(BaseModel):
     ref: str
     auth: ImageAuth | None = None
+
+
+class PoolCapacitySpec(BaseModel):
+    """
+    How many members a pool keeps. When fewer than `bufferMin` (or than `poolMin` minus the
+    sandboxes claimed from the pool) are idle, members are started until `bufferMax` are;
+    idle plus claimed never exceeds `poolMax`. Needs `bufferMin <= bufferMax <= poolMax` and
+    `poolMin <= poolMax`.
+
+    """
+
+    bufferMax: Annotated[int, Field(ge=0, le=256)]
+    bufferMin: Annotated[int, Field(ge=0, le=256)]
+    poolMax: Annotated[int, Field(ge=0, le=4096)]
+    poolMin: Annotated[int, Field(ge=0, le=4096)]
+
+
+class UpdatePoolRequest(BaseModel):
+    capacitySpec: PoolCapacitySpec
+
+
+class PoolStatus(BaseModel):
+    total: int
+    """
+    Idle members plus sandboxes claimed from the pool that still exist.
+    """
+    allocated: int
+    """
+    Sandboxes claimed from the pool that still exist.
+    """
+    available: int
+    """
+    Idle members, ready to be claimed.
+    """
+    starting: int
+    """
+    Members being started now.
+    """
+    lastError: str | None = None
+    """
+    Why the last member failed to start, if it did.
+    """
 
 
 class Ping(BaseModel):
@@ -905,6 +951,52 @@ class RunResult(BaseModel):
     """
     Milliseconds; 0 when the execution failed.
     """
+
+
+class PoolTemplate(BaseModel):
+    """
+    What every member of a pool is started from.
+    """
+
+    image: ImageSpec
+    runtime: str | None = None
+    """
+    `runc` or `runsc` (default: the server's `oci.default_runtime`).
+    """
+    resourceLimits: dict[str, str] | None = None
+    """
+    Limits a member starts with (`cpu`, `memory`, as in a create). A claim whose limits
+    differ gets its own set before it is answered.
+
+    """
+    maxIdleSeconds: Annotated[int | None, Field(ge=0)] = None
+    """
+    An idle member older than this is replaced by a fresh one (0 = never).
+    """
+
+
+class CreatePoolRequest(BaseModel):
+    name: Annotated[
+        str, Field(max_length=63, pattern='^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')
+    ]
+    template: PoolTemplate
+    capacitySpec: PoolCapacitySpec
+
+
+class Pool(BaseModel):
+    name: str
+    template: PoolTemplate
+    capacitySpec: PoolCapacitySpec
+    status: PoolStatus
+    source: Literal['config', 'api']
+    """
+    Where the pool is defined.
+    """
+    createdAt: AwareDatetime | None = None
+
+
+class PoolList(BaseModel):
+    items: list[Pool]
 
 
 class Event(BaseModel):
