@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net"
@@ -225,4 +226,80 @@ func TestKill9RestartContainers(t *testing.T) {
 		st, _ = call(t, "DELETE", base+"/sandboxes/"+id, "")
 		assert.Equal(t, 204, st, runtime)
 	}
+}
+
+// TestKill9MidClaim kills the server between personalising a pool member
+// and answering the create: after a restart nothing half-made is left (no
+// sandbox, the claimed member destroyed), the pool refills, and a server
+// whose configuration drops the pool removes its members.
+func TestKill9MidClaim(t *testing.T) {
+	const ns = "hybox-test-crash"
+	sock := ocitest.Containerd(t)
+	ocitest.ImageIn(t, sock, ns)
+	client := ocitest.Client(t, sock, ns)
+	containers := func() []string {
+		cs, err := client.Containers(context.Background())
+		require.NoError(t, err)
+		var ids []string
+		for _, c := range cs {
+			ids = append(ids, c.ID())
+		}
+		return ids
+	}
+	bin := buildHybox(t)
+	addr, data := freeAddr(t), t.TempDir()
+	dir := t.TempDir()
+	withPool := filepath.Join(dir, "pool.toml")
+	require.NoError(t, os.WriteFile(withPool, []byte("[oci]\nnamespace = \""+ns+"\"\n\n[[pools]]\nname = \"crash\"\nimage = \""+ocitest.ImageName+"\"\nruntime = \"runc\"\nsize = 1\n"), 0o600))
+	noPool := filepath.Join(dir, "nopool.toml")
+	require.NoError(t, os.WriteFile(noPool, []byte("[oci]\nnamespace = \""+ns+"\"\n"), 0o600))
+	flags := func(cfg string) []string {
+		return []string{"--config", cfg, "--containerd", sock, "--execd-binary", ocitest.ExecdBinary(t)}
+	}
+	base := "http://" + addr + "/v1"
+	waitIdle := func(p *proc) {
+		t.Helper()
+		require.Eventually(t, func() bool {
+			st, b := call(t, "GET", base+"/pools/crash", "")
+			var pool struct{ Status struct{ Available, Starting int } }
+			return st == 200 && json.Unmarshal(b, &pool) == nil && pool.Status.Available == 1 && pool.Status.Starting == 0
+		}, 60*time.Second, 50*time.Millisecond, "the pool never filled: %s", p.log.String())
+	}
+
+	t.Setenv("HYBOX_TEST_FAILPOINT", "pool-claimed")
+	p := startServe(t, bin, addr, data, flags(withPool)...)
+	waitIdle(p)
+	member := containers()
+	require.Len(t, member, 1)
+	req, err := http.NewRequest("POST", base+"/sandboxes", strings.NewReader(`{"image":{"uri":"`+ocitest.ImageName+`"},"extensions":{"hybox.io/runtime":"runc"},"entrypoint":["sleep","infinity"],"env":{"A":"b"}}`))
+	require.NoError(t, err)
+	req.Header.Set("OPEN-SANDBOX-API-KEY", "k")
+	req.Header.Set("Content-Type", "application/json")
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		t.Fatalf("the create was answered (%d %s); the failpoint should have killed the server:\n%s", resp.StatusCode, b, p.log.String())
+	}
+	_, _ = p.cmd.Process.Wait()
+	require.Contains(t, p.log.String(), "failpoint reached")
+
+	t.Setenv("HYBOX_TEST_FAILPOINT", "")
+	p = startServe(t, bin, addr, data, flags(withPool)...)
+	waitIdle(p)
+	st, b := call(t, "GET", base+"/sandboxes", "")
+	require.Equal(t, 200, st)
+	var list struct{ Items []struct{ ID string } }
+	require.NoError(t, json.Unmarshal(b, &list))
+	assert.Empty(t, list.Items, "the half-made sandbox is not served")
+	now := containers()
+	require.Len(t, now, 1, "one member, nothing left over")
+	assert.NotEqual(t, member, now, "the claimed member was destroyed and replaced")
+	_, err = os.Stat(filepath.Join(data, "sandboxes", member[0]))
+	assert.True(t, os.IsNotExist(err), "its directory is gone")
+
+	// A configuration without the pool: its members are removed at start.
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	_, _ = p.cmd.Process.Wait()
+	p = startServe(t, bin, addr, data, flags(noPool)...)
+	assert.Empty(t, containers(), "members of a dropped pool are removed: %s", p.log.String())
 }
