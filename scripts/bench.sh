@@ -16,10 +16,13 @@ out=build/bench.txt
 	# command result for a wasm sandbox (and, as root, a runc one).
 	(cd sdks/go && HYBOX_BIN="$PWD/../../bin/hybox" HYBOX_REQUIRE_SDK_SERVER=1 \
 		go test -run '^$' -bench 'SDKOverhead|CreateToFirstResult/wasm' -benchtime 1000x .)
-	if [ "$(id -u)" = 0 ] && ./scripts/containers/containerd.sh start /var/lib/hybox-test >/dev/null; then
+	# As root, runc and gVisor, cold and from a warm pool of two members.
+	gvisor=$(cat build/gvisor-dir 2>/dev/null || true)
+	if [ "$(id -u)" = 0 ] && ./scripts/containers/containerd.sh start /var/lib/hybox-test "$gvisor" >/dev/null; then
 		(cd sdks/go && HYBOX_BIN="$PWD/../../bin/hybox" HYBOX_REQUIRE_SDK_SERVER=1 \
 			HYBOX_SDK_CONTAINERD=/var/lib/hybox-test/containerd/containerd.sock \
-			go test -run '^$' -bench 'CreateToFirstResult/runc' -benchtime 20x .)
+			HYBOX_SDK_RUNSC="${gvisor:+$gvisor/runsc}" \
+			go test -run '^$' -bench 'CreateToFirstResult/(runc|runsc)' -benchtime 20x .)
 	fi
 	# Egress building blocks on loopback: policy decisions, the DNS proxy,
 	# the credential proxy (splice and injection against direct).

@@ -500,6 +500,7 @@ func (s *Server) claim(c *gin.Context, rec *Record, p *pool, m *member) bool {
 		go ps.destroyMember(context.Background(), m)
 		return false
 	}
+	begin := time.Now()
 	eg, err := s.newEgress(rec, true)
 	if err != nil {
 		// What a cold create would answer too; the member was not touched.
@@ -515,16 +516,20 @@ func (s *Server) claim(c *gin.Context, rec *Record, p *pool, m *member) bool {
 	}
 	spec := s.spec(rec)
 	spec.Egress = eg
+	egressAt := time.Since(begin)
 	if err := p.pooler.Claim(c.Request.Context(), m.sb, spec); err != nil {
 		_ = eg.Close()
 		return fail(err)
 	}
+	claimAt := time.Since(begin)
 	s.failpoint("pool-claimed")
 	rec.State, rec.LastTransitionAt = StateRunning, time.Now().UTC()
 	if err := s.store.claimMember(m.ID, rec); err != nil {
 		_ = eg.Close()
 		return fail(err)
 	}
+	s.log.Debug("sandbox claimed from a pool", "id", rec.ID, "pool", p.def.Name, "egress", egressAt.Round(10*time.Microsecond),
+		"claim", claimAt.Round(10*time.Microsecond), "stored", time.Since(begin).Round(10*time.Microsecond))
 	s.mu.Lock()
 	s.egress[rec.ID] = eg
 	s.mu.Unlock()

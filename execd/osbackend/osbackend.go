@@ -184,16 +184,19 @@ func New(opts Options) (*Executor, error) {
 }
 
 // SetEnv replaces the base environment of every process started from now
-// on ("KEY=VALUE"): a pooled sandbox gets its own when it is claimed. The
-// idle warm shell, started with the old one, is discarded.
+// on ("KEY=VALUE"): a pooled sandbox gets its own when it is claimed. An
+// idle warm shell started with the old one is kept: the next command on
+// it exports what changed before it runs.
 func (b *Executor) SetEnv(env []string) {
 	env = slices.Clone(env)
 	b.env.Store(&env)
-	b.warmOK.Store(b.opts.WarmShell && warmCapable(b.opts.Shell, env))
-	if w := b.claimWarm(); w != nil {
-		_ = w.Close()
+	ok := b.opts.WarmShell && warmCapable(b.opts.Shell, env)
+	b.warmOK.Store(ok)
+	if !ok {
+		if w := b.claimWarm(); w != nil {
+			_ = w.Close()
+		}
 	}
-	b.refillWarm()
 }
 
 // baseEnv is the current base environment.
@@ -278,8 +281,10 @@ func sortedKeys(m map[string]string) []string {
 }
 
 // environ returns the base environment with extra variables set.
-func (b *Executor) environ(extra map[string]string) []string {
-	base := b.baseEnv()
+func (b *Executor) environ(extra map[string]string) []string { return environ(b.baseEnv(), extra) }
+
+// environ returns base with extra variables set.
+func environ(base []string, extra map[string]string) []string {
 	env := make([]string, 0, len(base)+len(extra))
 	keys := sortedKeys(extra)
 	for _, kv := range base {

@@ -94,12 +94,26 @@ func (b *Executor) StartCommand(ctx context.Context, spec execd.ProcessSpec) (ex
 // did; false means the command must take the cold path (no warm shell,
 // or a spec the warm shell cannot run like bash -c).
 func (b *Executor) startWarmCommand(p *process, spec execd.ProcessSpec, dir string, shared bool) bool {
-	setup, ok := warmSetup(spec, dir, b.opts.Workdir, shared, b.getenv("PWD"))
-	if !ok {
-		return false
-	}
 	w := b.claimWarm()
 	if w == nil {
+		return false
+	}
+	// A warm shell started before SetEnv gets the new base variables in
+	// its setup, under the request's own.
+	if cur := b.env.Load(); cur != w.env {
+		diff, ok := envSince(*w.env, *cur)
+		if !ok {
+			_ = w.Close()
+			return false
+		}
+		for k, v := range spec.Env {
+			diff[k] = v
+		}
+		spec.Env = diff
+	}
+	setup, ok := warmSetup(spec, dir, b.opts.Workdir, shared, b.getenv("PWD"))
+	if !ok {
+		b.putBackWarm(w)
 		return false
 	}
 	p.oom = b.watchOOM()

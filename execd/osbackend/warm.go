@@ -39,6 +39,7 @@ type warmShell struct {
 	exitc      <-chan syscall.WaitStatus
 	cmdW       *os.File // the stub's fd 3
 	outR, errR *os.File
+	env        *[]string // the base environment it started with
 }
 
 // Close kills an idle warm shell (when the backend closes).
@@ -116,18 +117,12 @@ func (b *Executor) refillWarm() {
 	b.warmStarting = true
 	b.warmMu.Unlock()
 	go func() {
-		env := b.env.Load()
 		w, err := b.startWarm()
 		b.warmMu.Lock()
 		defer b.warmMu.Unlock()
 		b.warmStarting = false
 		if err != nil {
 			b.opts.Logger.Debug("osbackend: warm shell", "err", err)
-			return
-		}
-		if b.env.Load() != env { // SetEnv meanwhile: this one has the old environment
-			_ = w.Close()
-			go b.refillWarm()
 			return
 		}
 		if b.track(w) != nil { // closed meanwhile
@@ -165,7 +160,8 @@ func (b *Executor) startWarm() (w *warmShell, err error) {
 	}
 	cmd := exec.Command(b.opts.Shell, "--noprofile", "--norc", "-c", warmStub)
 	cmd.Dir = b.opts.Workdir
-	cmd.Env = b.environ(nil)
+	env := b.env.Load()
+	cmd.Env = environ(*env, nil)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Stdout, cmd.Stderr = outW, errW
 	cmd.ExtraFiles = []*os.File{cmdR}
@@ -176,7 +172,7 @@ func (b *Executor) startWarm() (w *warmShell, err error) {
 	cmdR.Close()
 	outW.Close()
 	errW.Close()
-	return &warmShell{pid: pid, exitc: exitc, cmdW: cmdW, outR: outR, errR: errR}, nil
+	return &warmShell{pid: pid, exitc: exitc, cmdW: cmdW, outR: outR, errR: errR, env: env}, nil
 }
 
 // claimWarm takes the idle warm shell; nil when there is none (one still
@@ -195,6 +191,43 @@ func (b *Executor) claimWarm() *warmShell {
 		return nil
 	}
 	return w
+}
+
+// putBackWarm makes w, claimed but not used, the idle warm shell again.
+func (b *Executor) putBackWarm(w *warmShell) {
+	b.warmMu.Lock()
+	defer b.warmMu.Unlock()
+	if b.warm != nil || b.track(w) != nil {
+		_ = w.Close()
+		return
+	}
+	b.warm = w
+}
+
+// envSince returns the variables of the base environment cur that the
+// warm shell's environment was lacks or has with another value; ok is
+// false when cur lacks one of was (only a cold start can drop it).
+func envSince(was, cur []string) (map[string]string, bool) {
+	old := make(map[string]string, len(was))
+	for _, kv := range was {
+		k, v, _ := strings.Cut(kv, "=")
+		old[k] = v
+	}
+	diff := map[string]string{}
+	seen := make(map[string]bool, len(cur))
+	for _, kv := range cur {
+		k, v, _ := strings.Cut(kv, "=")
+		seen[k] = true
+		if ov, ok := old[k]; !ok || ov != v {
+			diff[k] = v
+		}
+	}
+	for k := range old {
+		if !seen[k] {
+			return nil, false
+		}
+	}
+	return diff, true
 }
 
 // warmSetup returns the setup statements of spec on a warm shell started

@@ -306,24 +306,26 @@ func (l latencies) report(b *testing.B) {
 }
 
 // SetEnv (a pooled sandbox being claimed) reaches the next command on the
-// warm path and on the cold one; the warm shell started with the old
-// environment is never used again.
+// warm path (the warm shell started before it exports what changed) and
+// on the cold one; a request's own variable still wins.
 func TestSetEnvReachesNextCommand(t *testing.T) {
 	warm, cold := warmAndCold(t)
 	for _, b := range []*Executor{warm, cold} {
-		old := 0
-		if b.warmOK.Load() {
-			old = idleWarm(t, b)
+		b.SetEnv(append(b.baseEnv(), "CLAIMED=yes", "MINE=base"))
+		o := runOn(t, b, execd.ProcessSpec{Command: "echo ${CLAIMED:-no} $MINE", Env: map[string]string{"MINE": "request"}}, false)
+		if o.err != nil || o.stdout != "yes request\n" {
+			t.Fatalf("warm=%v: stdout %q, err %v; want yes request", b.warmOK.Load(), o.stdout, o.err)
 		}
-		b.SetEnv(append(b.baseEnv(), "CLAIMED=yes"))
-		if old != 0 {
-			if now := idleWarm(t, b); now == old {
-				t.Fatalf("warm shell %d of the old environment is still idle", old)
-			}
+		// The warm shells started after SetEnv have it in their environment.
+		o = runOn(t, b, execd.ProcessSpec{Command: "echo ${CLAIMED:-no} $MINE"}, false)
+		if o.err != nil || o.stdout != "yes base\n" {
+			t.Fatalf("warm=%v: stdout %q, err %v; want yes base", b.warmOK.Load(), o.stdout, o.err)
 		}
-		o := runOn(t, b, execd.ProcessSpec{Command: "echo ${CLAIMED:-no}"}, false)
-		if o.err != nil || o.stdout != "yes\n" {
-			t.Fatalf("warm=%v: stdout %q, err %v; want yes", b.warmOK.Load(), o.stdout, o.err)
-		}
+	}
+	if _, ok := envSince([]string{"A=1", "B=2"}, []string{"A=1"}); ok {
+		t.Fatal("a dropped variable must send the command down the cold path")
+	}
+	if d, ok := envSince([]string{"A=1", "B=2"}, []string{"A=1", "B=3", "C=4"}); !ok || len(d) != 2 || d["B"] != "3" || d["C"] != "4" {
+		t.Fatalf("envSince: %v %v", d, ok)
 	}
 }

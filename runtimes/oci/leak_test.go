@@ -173,3 +173,52 @@ func TestSweep(t *testing.T) {
 	}
 	_ = sb.Close(ctx)
 }
+
+// TestNoLeaksPool: pool members warmed, some claimed (personalised with
+// env, other limits and an entrypoint) and used, all destroyed: nothing
+// is left, as for cold sandboxes.
+func TestNoLeaksPool(t *testing.T) {
+	if testing.Short() {
+		t.Skip("container cycles")
+	}
+	stateDir := t.TempDir()
+	b := newBackend(t, func(o *hyoci.Options) { o.StateDir = stateDir })
+	rt := runtimeNamed(t, b, "runc")
+	pooler := rt.(runtimes.Pooler)
+	c := ocitest.Client(t, ocitest.Socket(), ocitest.Namespace)
+	ctx := context.Background()
+	const cycles = 10
+	var specs []runtimes.Spec
+	for i := 0; i < cycles; i++ {
+		spec := testSpec(t, "leakpool")
+		specs = append(specs, spec)
+		sb, err := pooler.Warm(ctx, spec)
+		if err != nil {
+			t.Fatalf("cycle %d: warm: %v", i, err)
+		}
+		if i%2 == 0 {
+			claim := spec
+			claim.Env = map[string]string{"CYCLE": "claimed"}
+			claim.Entrypoint = []string{"sleep", "infinity"}
+			claim.MemoryBytes = 200 << 20
+			if err := pooler.Claim(ctx, sb, claim); err != nil {
+				t.Fatalf("cycle %d: claim: %v", i, err)
+			}
+			if o := newExecClient(t, sb).run("echo $CYCLE"); o.Stdout != "claimed" {
+				t.Fatalf("cycle %d: %+v", i, o)
+			}
+			if err := pooler.Claim(ctx, sb, claim); err == nil {
+				t.Fatalf("cycle %d: a second claim of one member succeeded", i)
+			}
+		}
+		_ = sb.Close(ctx)
+		if err := rt.Destroy(ctx, spec); err != nil {
+			t.Fatalf("cycle %d: destroy: %v", i, err)
+		}
+	}
+	for _, spec := range specs {
+		if left := leftovers(t, c, spec, stateDir); len(left) > 0 {
+			t.Errorf("%s left: %v", spec.ID, left)
+		}
+	}
+}

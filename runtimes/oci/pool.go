@@ -76,9 +76,14 @@ func (r *Runtime) Claim(ctx context.Context, member runtimes.Sandbox, spec runti
 		return fmt.Errorf("%w: %s cannot change the limits of a pool member; claim with the pool's limits", runtimes.ErrNotSupported, r.name)
 	}
 	ctx = r.b.ctx(ctx)
+	begin := time.Now()
+	stages := make([]any, 0, 10)
+	stage := func(name string) { stages = append(stages, name, time.Since(begin).Round(10*time.Microsecond)) }
+	defer func() { r.b.opts.Logger.Debug("pool member claimed", append([]any{"id", spec.ID, "runtime", r.name}, stages...)...) }()
 	if err := sb.claimCall(ctx, http.MethodPost, execd.ClaimBeginPath, nil, nil); err != nil {
 		return err
 	}
+	stage("reserve")
 	var req execd.ClaimRequest
 	if spec.Egress != nil && r.b.net.enabled {
 		if err := spec.Egress.Enforce(ctx, r.b.net.nsPath(spec.ID)); err != nil {
@@ -104,10 +109,12 @@ func (r *Runtime) Claim(ctx context.Context, member runtimes.Sandbox, spec runti
 			req.Files = append(req.Files, execd.ClaimFile{Path: p, Data: files[p], Mode: 0o644})
 		}
 		req.Env = egressEnv(spec)
+		stage("egress")
 	}
 	if err := r.updateLimits(ctx, sb.spec, spec); err != nil {
 		return err
 	}
+	stage("limits")
 	if len(spec.Env) > 0 && req.Env == nil {
 		req.Env = map[string]string{}
 	}
@@ -115,7 +122,9 @@ func (r *Runtime) Claim(ctx context.Context, member runtimes.Sandbox, spec runti
 		req.Env[k] = v
 	}
 	req.Entrypoint = spec.Entrypoint
-	return sb.claimCall(ctx, http.MethodPost, execd.ClaimPath, req, nil)
+	err := sb.claimCall(ctx, http.MethodPost, execd.ClaimPath, req, nil)
+	stage("execd")
+	return err
 }
 
 // updateLimits sets the cgroup limits of spec on a member started with

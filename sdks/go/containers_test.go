@@ -2,7 +2,9 @@ package hybox_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -26,7 +28,7 @@ const (
 )
 
 // containerServer returns a server with the runc runtime, or skips.
-func containerServer(t testing.TB) *testServer {
+func containerServer(t testing.TB, poolOf ...any) *testServer {
 	t.Helper()
 	sock := os.Getenv("HYBOX_SDK_CONTAINERD")
 	if sock == "" {
@@ -48,7 +50,48 @@ func containerServer(t testing.TB) *testServer {
 		}
 	}
 	execd := filepath.Join(filepath.Dir(binary(t)), "hybox-execd")
-	return serverWith(t, "[oci]\naddress = \""+sock+"\"\nnamespace = \""+testNamespace+"\"\nexecd_binary = \""+execd+"\"\n")
+	cfg := "[oci]\naddress = \"" + sock + "\"\nnamespace = \"" + testNamespace + "\"\nexecd_binary = \"" + execd + "\"\n"
+	runtime, size := "runc", 0
+	if len(poolOf) == 2 {
+		runtime, size = poolOf[0].(string), poolOf[1].(int)
+	}
+	if runtime == "runsc" {
+		runsc := os.Getenv("HYBOX_SDK_RUNSC")
+		if runsc == "" {
+			t.Skip("gVisor sandboxes: HYBOX_SDK_RUNSC (gVisor's runsc) is not set")
+		}
+		cfg += "runsc_binary = \"" + runsc + "\"\n"
+	}
+	if size > 0 {
+		cfg += fmt.Sprintf("\n[[pools]]\nname = \"sdk-%s\"\nimage = \"%s\"\nruntime = \"%s\"\nsize = %d\n", runtime, testImage, runtime, size)
+	}
+	return serverWith(t, cfg)
+}
+
+// waitPoolIdle waits until every pool of srv is full again (no pools: at
+// once), so that each measured create finds a member.
+func waitPoolIdle(tb testing.TB, c *hybox.Client, srv *testServer) {
+	tb.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		pools, err := c.ListPools(context.Background())
+		if err != nil {
+			tb.Fatal(err)
+		}
+		full := true
+		for _, p := range pools {
+			if p.Status.Available < p.CapacitySpec.BufferMin || p.Status.Starting > 0 {
+				full = false
+			}
+		}
+		if full {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("pools never refilled: %+v", pools)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 func TestContainerSandbox(t *testing.T) {
@@ -126,4 +169,37 @@ func TestContainerSandbox(t *testing.T) {
 			t.Errorf("import garbage: %v, want ErrInvalid", err)
 		}
 	})
+}
+
+// Pools through the SDK: the configured pool is listed, a create claims
+// from it, and the typed errors come back from a real server.
+func TestContainerPool(t *testing.T) {
+	srv := containerServer(t, "runc", 1)
+	c := newClient(t, srv)
+	ctx := ctxFor(t, 3*time.Minute)
+	waitPoolIdle(t, c, srv)
+	pools, err := c.ListPools(ctx)
+	if err != nil || len(pools) != 1 || pools[0].Name != "sdk-runc" || pools[0].Source != api.PoolSourceConfig {
+		t.Fatalf("pools %+v, %v", pools, err)
+	}
+	sb := newSandbox(t, c, api.CreateSandboxRequest{Image: api.ImageSpec{URI: testImage}, Entrypoint: []string{"sleep", "infinity"},
+		Env: map[string]string{"FROM": "pool"}, Extensions: api.Extensions{hybox.RuntimeExtension: "runc"}})
+	x, err := sb.Exec(ctx, hybox.Command{Command: "echo $FROM"}, nil)
+	if err != nil || x.Text() != "pool" {
+		t.Fatalf("exec: %v %+v", err, x)
+	}
+	p, err := c.GetPool(ctx, "sdk-runc")
+	if err != nil || p.Status.Allocated != 1 {
+		t.Fatalf("pool after the claim: %+v, %v", p, err)
+	}
+	if _, err := c.GetPool(ctx, "none"); !errors.Is(err, hybox.ErrNotFound) {
+		t.Fatalf("unknown pool: %v", err)
+	}
+	if _, err := c.CreatePool(ctx, api.CreatePoolRequest{Name: "x", Template: api.PoolTemplate{Image: api.ImageSpec{URI: "localhost/none:1"}},
+		CapacitySpec: api.PoolCapacitySpec{BufferMax: 1, BufferMin: 1, PoolMax: 1}}); !errors.Is(err, hybox.ErrInvalid) {
+		t.Fatalf("pool of a missing image: %v", err)
+	}
+	if err := c.DeletePool(ctx, "sdk-runc"); !errors.Is(err, hybox.ErrInvalid) {
+		t.Fatalf("deleting a configured pool: %v", err)
+	}
 }
