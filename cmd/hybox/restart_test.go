@@ -261,7 +261,9 @@ func TestKill9MidClaim(t *testing.T) {
 		t.Helper()
 		require.Eventually(t, func() bool {
 			st, b := call(t, "GET", base+"/pools/crash", "")
-			var pool struct{ Status struct{ Available, Starting int } }
+			var pool struct {
+				Status struct{ Available, Starting int }
+			}
 			return st == 200 && json.Unmarshal(b, &pool) == nil && pool.Status.Available == 1 && pool.Status.Starting == 0
 		}, 60*time.Second, 50*time.Millisecond, "the pool never filled: %s", p.log.String())
 	}

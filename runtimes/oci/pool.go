@@ -79,7 +79,9 @@ func (r *Runtime) Claim(ctx context.Context, member runtimes.Sandbox, spec runti
 	begin := time.Now()
 	stages := make([]any, 0, 10)
 	stage := func(name string) { stages = append(stages, name, time.Since(begin).Round(10*time.Microsecond)) }
-	defer func() { r.b.opts.Logger.Debug("pool member claimed", append([]any{"id", spec.ID, "runtime", r.name}, stages...)...) }()
+	defer func() {
+		r.b.opts.Logger.Debug("pool member claimed", append([]any{"id", spec.ID, "runtime", r.name}, stages...)...)
+	}()
 	if err := sb.claimCall(ctx, http.MethodPost, execd.ClaimBeginPath, nil, nil); err != nil {
 		return err
 	}
