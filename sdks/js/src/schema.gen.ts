@@ -3287,6 +3287,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             409: components["responses"]["PoolConflict"];
+            413: components["responses"]["PayloadTooLarge"];
         };
     };
     getPool: {
@@ -3340,6 +3341,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["PoolNotFound"];
+            413: components["responses"]["PayloadTooLarge"];
         };
     };
     deletePool: {
