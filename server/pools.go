@@ -620,6 +620,10 @@ func (s *Server) createPool(c *gin.Context) {
 }
 
 func (s *Server) updatePool(c *gin.Context) {
+	p, ok := s.poolOf(c)
+	if !ok {
+		return
+	}
 	var req api.UpdatePoolRequest
 	if err := decodeBody(c, &req); err != nil {
 		s.abortErr(c, err)
@@ -627,10 +631,6 @@ func (s *Server) updatePool(c *gin.Context) {
 	}
 	if err := checkCapacity(req.CapacitySpec); err != nil {
 		s.abortErr(c, err)
-		return
-	}
-	p, ok := s.poolOf(c)
-	if !ok {
 		return
 	}
 	ps := s.pools

@@ -20,6 +20,16 @@ ACCEPTED = [
     # is not available there.
     (("ST202",), r"^POST /sandboxes$", 400, "INVALID_REQUEST",
      r'runtime "(runc|runsc)" is not available on this server|needs a container runtime; this server has none'),
+    # ...nor warm pools, which are of container sandboxes.
+    (("ST202",), r"^POST /pools$", 400, None,
+     r"needs a container runtime; this server has none|runs no container backend|keeps no warm pools|is not available on this server"),
+    # A pool's capacity counts are ordered (bufferMin <= bufferMax <= poolMax,
+    # poolMin <= poolMax), and its limits are quantities: both in prose.
+    (("ST202",), r"^(POST /pools|PUT /pools/\{name\})$", 400, "INVALID_REQUEST", r"^capacitySpec: "),
+    (("ST202",), r"^POST /pools$", 400, "INVALID_REQUEST", r"^template\.(resourceLimits|maxIdleSeconds)"),
+    # A create naming a pool that does not exist (or another image than the
+    # pool's) is the documented 400.
+    (("ST202",), r"^POST /sandboxes$", 400, "INVALID_REQUEST", r"^extensions\.poolRef: "),
     # The fuzzed sandbox is a wasm sandbox: no terminals, no uid/gid.
     (("ST202",), r"^[A-Z]+ /pty(/.*)?$", 400, "NOT_SUPPORTED", r"PTY sessions are not available"),
     (("ST202",), r"^POST /command$", 400, "NOT_SUPPORTED", r"uid/gid are not available in a wasm sandbox"),
