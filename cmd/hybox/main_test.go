@@ -36,6 +36,10 @@ func TestCommandTree(t *testing.T) {
 		{name: "unknown command", args: []string{"nope"}, code: cli.ExitUsage, inStderr: `unknown command "nope"`},
 		{name: "client command", args: []string{"sandbox", "create"}, inStdout: "-"},
 		{name: "api error", args: []string{"sandbox", "get", "missing"}, code: cli.ExitError, inStderr: "error: SANDBOX_NOT_FOUND: "},
+		{name: "pools listed", args: []string{"pool", "ls"}, inStdout: "NAME"},
+		{name: "pool of a wasm image", args: []string{"pool", "create", "p", "--image", "wasm://default"}, code: cli.ExitError, inStderr: "keeps no warm pools"},
+		{name: "pool not found", args: []string{"pool", "rm", "none"}, code: cli.ExitError, inStderr: "error: NOT_FOUND: "},
+		{name: "pool needs an image", args: []string{"pool", "create", "p"}, code: cli.ExitUsage, inStderr: "image"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
