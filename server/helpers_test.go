@@ -65,6 +65,7 @@ type harnessOpts struct {
 	// server resolves through its zone and trusts its CA.
 	upstream *egresstest.Net
 	vaultKey *vault.Key
+	pools    []api.CreatePoolRequest // pools of the configuration file
 }
 
 func newHarness(t testing.TB, dataDir string, ho harnessOpts) *harness {
@@ -103,7 +104,7 @@ func newHarness(t testing.TB, dataDir string, ho harnessOpts) *harness {
 	}
 	srv, err := New(ctx, Options{DataDir: dataDir, APIKey: testKey, Runtimes: router, ReapInterval: time.Hour,
 		Images: images, IngressDomain: ho.ingressDomain, Egress: eg, VaultKey: ho.vaultKey,
-		Logger: log})
+		Pools: ho.pools, Logger: log})
 	require.NoError(t, err)
 	handler := srv.Handler()
 	if tt, ok := t.(*testing.T); ok {

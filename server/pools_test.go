@@ -276,3 +276,26 @@ func reserve(t *testing.T, sock string) {
 	resp.Body.Close()
 	require.Equal(t, http.StatusNoContent, resp.StatusCode)
 }
+
+// Pools of the configuration file: one whose image is missing (and one
+// defined twice) is logged and skipped, and the server starts with the
+// good one, which the API cannot change or delete.
+func TestConfiguredPools(t *testing.T) {
+	pool := func(name, image string) api.CreatePoolRequest {
+		return api.CreatePoolRequest{Name: name, Template: api.PoolTemplate{Image: api.ImageSpec{URI: image}, Runtime: "runc"},
+			CapacitySpec: api.PoolCapacitySpec{BufferMin: 0, BufferMax: 0, PoolMax: 4}}
+	}
+	h := newHarness(t, "", harnessOpts{containers: true, pools: []api.CreatePoolRequest{
+		pool("good", ocitest.ImageName), pool("missing", "localhost/not/there:1"), pool("good", "localhost/other:1")}})
+	st, b, _ := h.do("GET", "/v1/pools", nil)
+	require.Equal(t, 200, st, string(b))
+	var list api.PoolList
+	require.NoError(t, json.Unmarshal(b, &list))
+	require.Len(t, list.Items, 1)
+	assert.Equal(t, "good", list.Items[0].Name)
+	assert.Equal(t, ocitest.ImageName, list.Items[0].Template.Image.URI, "the first definition is kept")
+	assert.Equal(t, api.PoolSourceConfig, list.Items[0].Source)
+	st, b, _ = h.do("DELETE", "/v1/pools/good", nil)
+	assert.Equal(t, 400, st, string(b))
+	assert.Contains(t, string(b), "configuration file")
+}

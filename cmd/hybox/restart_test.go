@@ -305,3 +305,23 @@ func TestKill9MidClaim(t *testing.T) {
 	p = startServe(t, bin, addr, data, flags(noPool)...)
 	assert.Empty(t, containers(), "members of a dropped pool are removed: %s", p.log.String())
 }
+
+// A [[pools]] entry becomes the API's pool: size sets both buffer counts,
+// explicit counts win, limits and max_idle carry over.
+func TestPoolConfig(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "hybox.toml")
+	require.NoError(t, os.WriteFile(path, []byte("[[pools]]\nname = \"a\"\nimage = \"python:3\"\nsize = 3\nmax_idle = \"90s\"\nmemory = \"1Gi\"\n\n[[pools]]\nname = \"b\"\nimage = \"node:22\"\nruntime = \"runsc\"\nsize = 2\nbuffer_min = 1\npool_max = 8\n"), 0o600))
+	c, err := loadConfig(path, func(string) string { return "" })
+	require.NoError(t, err)
+	require.Len(t, c.Pools, 2)
+	a, b := c.Pools[0].request(), c.Pools[1].request()
+	assert.Equal(t, "python:3", a.Template.Image.URI)
+	assert.Equal(t, 3, a.CapacitySpec.BufferMin)
+	assert.Equal(t, 3, a.CapacitySpec.BufferMax)
+	assert.Equal(t, 90, a.Template.MaxIdleSeconds)
+	assert.Equal(t, map[string]string{"memory": "1Gi"}, a.Template.ResourceLimits)
+	assert.Equal(t, "runsc", b.Template.Runtime)
+	assert.Equal(t, 1, b.CapacitySpec.BufferMin)
+	assert.Equal(t, 2, b.CapacitySpec.BufferMax)
+	assert.Equal(t, 8, b.CapacitySpec.PoolMax)
+}
