@@ -92,33 +92,26 @@ func newPoolSet(s *Server) *poolSet {
 // and skipped: the server starts without it.
 func (ps *poolSet) load(ctx context.Context, configured []api.CreatePoolRequest, members []*member, recs []*Record) {
 	s := ps.s
-	for _, def := range configured {
-		if _, dup := ps.pools[def.Name]; dup {
-			s.log.Error("pool defined twice in the configuration; the first is kept", "pool", def.Name)
-			continue
-		}
-		p, err := ps.define(ctx, def, api.PoolSourceConfig)
-		if err != nil {
-			s.log.Error("pool not started", "pool", def.Name, "err", err)
-			continue
-		}
-		ps.pools[def.Name] = p
-	}
 	stored, err := s.store.listPools()
 	if err != nil {
 		s.log.Error("read pools", "err", err)
 	}
-	for _, def := range stored {
-		if _, dup := ps.pools[def.Name]; dup {
-			s.log.Warn("a pool of the configuration file has the name of one created through the API; the configuration's is used", "pool", def.Name)
-			continue
+	for _, set := range []struct {
+		defs   []api.CreatePoolRequest
+		source api.PoolSource
+	}{{configured, api.PoolSourceConfig}, {stored, api.PoolSourceAPI}} {
+		for _, def := range set.defs {
+			if _, dup := ps.pools[def.Name]; dup {
+				s.log.Error("pool defined twice (in the configuration file, or there and through the API); the first is kept", "pool", def.Name)
+				continue
+			}
+			p, err := ps.define(ctx, def, set.source)
+			if err != nil {
+				s.log.Error("pool not started", "pool", def.Name, "err", err)
+				continue
+			}
+			ps.pools[def.Name] = p
 		}
-		p, err := ps.define(ctx, def, api.PoolSourceAPI)
-		if err != nil {
-			s.log.Error("pool not started", "pool", def.Name, "err", err)
-			continue
-		}
-		ps.pools[def.Name] = p
 	}
 	for _, r := range recs {
 		if p := ps.pools[r.Pool]; p != nil {

@@ -38,29 +38,21 @@ func (s *store) deleteMember(id string) error {
 }
 
 func (s *store) listPools() ([]api.CreatePoolRequest, error) {
-	var out []api.CreatePoolRequest
-	err := s.db.View(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketPools).ForEach(func(k, v []byte) error {
-			var p api.CreatePoolRequest
-			if err := json.Unmarshal(v, &p); err != nil {
-				return fmt.Errorf("pool %s: %w", k, err)
-			}
-			out = append(out, p)
-			return nil
-		})
-	})
-	return out, err
+	return listBucket[api.CreatePoolRequest](s, bucketPools, "pool")
 }
 
-func (s *store) listMembers() ([]*member, error) {
-	var out []*member
+func (s *store) listMembers() ([]*member, error) { return listBucket[*member](s, bucketMembers, "pool member") }
+
+// listBucket decodes every value of bucket as a T.
+func listBucket[T any](s *store, bucket []byte, what string) ([]T, error) {
+	var out []T
 	err := s.db.View(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketMembers).ForEach(func(k, v []byte) error {
-			m := &member{}
-			if err := json.Unmarshal(v, m); err != nil {
-				return fmt.Errorf("pool member %s: %w", k, err)
+		return tx.Bucket(bucket).ForEach(func(k, v []byte) error {
+			var x T
+			if err := json.Unmarshal(v, &x); err != nil {
+				return fmt.Errorf("%s %s: %w", what, k, err)
 			}
-			out = append(out, m)
+			out = append(out, x)
 			return nil
 		})
 	})

@@ -132,19 +132,6 @@ func (s *store) getEgress(id string) ([]byte, error) {
 	return out, err
 }
 
-func (s *store) list() ([]*Record, error) {
-	var out []*Record
-	err := s.db.View(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketSandboxes).ForEach(func(k, v []byte) error {
-			r := &Record{}
-			if err := json.Unmarshal(v, r); err != nil {
-				return fmt.Errorf("record %s: %w", k, err)
-			}
-			out = append(out, r)
-			return nil
-		})
-	})
-	return out, err
-}
+func (s *store) list() ([]*Record, error) { return listBucket[*Record](s, bucketSandboxes, "record") }
 
 var errConflict = errors.New("conflict")
