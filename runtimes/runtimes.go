@@ -133,6 +133,12 @@ type Volume struct {
 	SubPath   string `json:"subPath,omitempty"`
 	MountPath string `json:"mountPath"`
 	ReadOnly  bool   `json:"readOnly,omitempty"`
+	// Managed marks a named volume: HostPath is a directory the server
+	// manages (not subject to the allowed host paths), and a missing
+	// SubPath below it is created.
+	Managed bool `json:"managed,omitempty"`
+	// Claim is the named volume's name (pvc.claimName) when Managed.
+	Claim string `json:"claim,omitempty"`
 }
 
 // ExitStatus says how a sandbox ended on its own. A user program's exit is

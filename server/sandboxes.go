@@ -11,6 +11,7 @@ import (
 	"os"
 	"sort"
 	"strconv"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -111,6 +112,13 @@ func (s *Server) createSandbox(c *gin.Context) {
 		_ = s.store.delete(rec.ID)
 	})
 	defer cu.Clean()
+	undoVolumes, volumesDone, err := s.ensureVolumes(rec)
+	if err != nil {
+		s.abortErr(c, err)
+		return
+	}
+	defer volumesDone()
+	cu.Add(undoVolumes)
 	eg, err := s.newEgress(rec, true)
 	if err != nil {
 		s.abortErr(c, err)
@@ -177,13 +185,25 @@ func (s *Server) recordFromRequest(req *api.CreateSandboxRequest) (*Record, erro
 		Platform: platform, CreatedAt: now, Token: newToken(),
 	}
 	for i, v := range req.Volumes {
+		named := v.Pvc.ClaimName != ""
 		switch {
-		case len(v.Pvc) != 0 && string(v.Pvc) != "null":
-			return nil, errdefs.New(api.ErrorCodeNOTSUPPORTED, "volumes[%d]: pvc volumes are not supported; use a host volume", i)
-		case v.Host.Path == "":
-			return nil, badRequest(fmt.Sprintf("volumes[%d]: host.path is required", i))
+		case named && v.Host.Path != "":
+			return nil, badRequest(fmt.Sprintf("volumes[%d]: give either host or pvc, not both", i))
+		case !named && v.Host.Path == "":
+			return nil, badRequest(fmt.Sprintf("volumes[%d]: host.path or pvc.claimName is required", i))
 		case !strings.HasPrefix(v.MountPath, "/"):
 			return nil, badRequest(fmt.Sprintf("volumes[%d]: mountPath must be an absolute path", i))
+		}
+		if named {
+			vol, claim, err := s.namedVolume(i, v)
+			if err != nil {
+				return nil, err
+			}
+			rec.Volumes = append(rec.Volumes, vol)
+			if !slices.ContainsFunc(rec.Claims, func(c volumeClaim) bool { return c.Name == claim.Name }) {
+				rec.Claims = append(rec.Claims, claim)
+			}
+			continue
 		}
 		rec.Volumes = append(rec.Volumes, runtimes.Volume{Name: v.Name, HostPath: v.Host.Path, SubPath: v.SubPath,
 			MountPath: v.MountPath, ReadOnly: v.ReadOnly})

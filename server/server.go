@@ -129,6 +129,8 @@ type Server struct {
 	live map[string]runtimes.Sandbox
 	// egress holds the egress controller of every live sandbox.
 	egress map[string]*egress.Controller
+	// creatingOn counts the creates in flight that mount each named volume.
+	creatingOn map[string]int
 	// locks serialises lifecycle operations per sandbox.
 	locks sync.Map // id → *sync.Mutex
 
@@ -160,7 +162,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	cu := cleanup.Make(func() { _ = st.close() })
 	defer cu.Clean()
 	s := &Server{opts: opts, store: st, log: opts.Logger, live: map[string]runtimes.Sandbox{},
-		egress: map[string]*egress.Controller{}}
+		egress: map[string]*egress.Controller{}, creatingOn: map[string]int{}}
 	s.pools = newPoolSet(s)
 	key, err := loadRouteKey(opts.DataDir)
 	if err != nil {
@@ -426,6 +428,9 @@ func (s *Server) destroy(ctx context.Context, r *Record) error {
 	}
 	if r.Pool != "" {
 		s.pools.release(r.Pool)
+	}
+	if err := s.releaseVolumes(r); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -42,6 +42,8 @@ type Record struct {
 	CredentialProxy bool `json:"credentialProxy,omitempty"`
 	// Pool names the warm pool the sandbox was claimed from ("" = cold).
 	Pool string `json:"pool,omitempty"`
+	// Claims are the named volumes it mounts.
+	Claims []volumeClaim `json:"claims,omitempty"`
 }
 
 var (
@@ -65,7 +67,7 @@ func openStore(path string) (*store, error) {
 		return nil, fmt.Errorf("open database %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketSandboxes, bucketEgress, bucketPools, bucketMembers} {
+		for _, b := range [][]byte{bucketSandboxes, bucketEgress, bucketPools, bucketMembers, bucketVolumes} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}

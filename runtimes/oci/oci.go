@@ -232,7 +232,7 @@ func (r *Runtime) Validate(spec runtimes.Spec) error {
 	if strings.HasPrefix(spec.Image, "wasm://") {
 		return fmt.Errorf("%w: %s is a wasm image; use the wasm runtime", runtimes.ErrInvalid, spec.Image)
 	}
-	_, err := r.b.volumeMounts(spec.Volumes)
+	_, err := r.b.volumeMounts(spec.Volumes, true)
 	return err
 }
 
@@ -264,7 +264,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Sand
 // see Warm) gets no entrypoint and its egress is not enforced yet.
 func (r *Runtime) create(ctx context.Context, spec runtimes.Spec, pooled bool) (*Sandbox, error) {
 	ctx = r.b.ctx(ctx)
-	volumes, err := r.b.volumeMounts(spec.Volumes)
+	volumes, err := r.b.volumeMounts(spec.Volumes, false)
 	if err != nil {
 		return nil, err
 	}

@@ -104,7 +104,7 @@ func (r *Runtime) Validate(spec runtimes.Spec) error {
 		return fmt.Errorf("%w: memory %d bytes exceeds the wasm limit of %d bytes", runtimes.ErrInvalid, spec.MemoryBytes, r.opts.MaxMemoryBytes)
 	}
 	if len(spec.Volumes) > 0 {
-		return fmt.Errorf("%w: host volumes cannot be mounted into a wasm sandbox; create the sandbox with extensions {\"hybox.io/runtime\":\"runc\"}", runtimes.ErrNotSupported)
+		return fmt.Errorf("%w: volumes (host or pvc) cannot be mounted into a wasm sandbox yet; create the sandbox with extensions {\"hybox.io/runtime\":\"runc\"}", runtimes.ErrNotSupported)
 	}
 	if img := spec.Image; strings.HasPrefix(img, "wasm://") {
 		switch strings.TrimPrefix(img, "wasm://") {

@@ -56,7 +56,7 @@ ACCEPTED = [
     # DELETE.
     (("ST205",), r"^[A-Z]+ /images/(import|pull)$", 405, "METHOD_NOT_ALLOWED", r""),
     # Documented as 400 NOT_SUPPORTED.
-    (("ST202",), r"^POST /sandboxes$", 400, "NOT_SUPPORTED", r"pvc volumes are not supported|snapshots are not supported"),
+    (("ST202",), r"^POST /sandboxes$", 400, "NOT_SUPPORTED", r"snapshots are not supported"),
     # An egress target's form (a name, a wildcard, an IP or a CIDR) is
     # described in prose, not as a pattern.
     (("ST202",), r"^[A-Z]+ /(run|sandboxes|policy)$", 400, "INVALID_REQUEST",
@@ -67,8 +67,12 @@ ACCEPTED = [
     # Quantities ("512Mi", "500m") are described in prose.
     (("ST202",), r"^POST /sandboxes$", 400, "INVALID_REQUEST",
      r"^resourceLimits\.(memory|cpu): .* is (not a positive (CPU )?quantity|too large)"),
-    # Host volumes are for container sandboxes (400 NOT_SUPPORTED).
-    (("ST202",), r"^POST /sandboxes$", 400, "NOT_SUPPORTED", r"host volumes cannot be mounted into a wasm sandbox"),
+    # A volume is exactly one of host and pvc, and a pvc volume that must
+    # exist must exist: both in prose.
+    (("ST202",), r"^POST /sandboxes$", 400, "INVALID_REQUEST",
+     r"^volumes\[\d+\]: (give either host or pvc, not both|host\.path or pvc\.claimName is required|volume .* does not exist and createIfNotExists is false)"),
+    # Volumes are for container sandboxes (400 NOT_SUPPORTED).
+    (("ST202",), r"^POST /sandboxes$", 400, "NOT_SUPPORTED", r"volumes \(host or pvc\) cannot be mounted into a wasm sandbox"),
     # Owner and group names must exist in the sandbox.
     (("ST202",), r"^POST /(files/permissions|directories|files/upload)$", 400, None,
      r"unknown (user|group)"),

@@ -4,7 +4,6 @@
 package api
 
 import (
-	"encoding/json"
 	"time"
 )
 
@@ -648,6 +647,11 @@ type CreateSandboxRequest struct {
 	Volumes []Volume `json:"volumes,omitempty,omitzero"`
 }
 
+// CreateVolumeRequest defines model for CreateVolumeRequest.
+type CreateVolumeRequest struct {
+	Name string `json:"name"`
+}
+
 // CredentialProxy With `enabled`, outbound requests to hosts bound in the sandbox's credential vault get their
 // credentials injected by the server (docs/egress.md). Needs a `networkPolicy` and a server
 // vault key.
@@ -921,6 +925,23 @@ type MoveItem struct {
 	Src  string `json:"src"`
 }
 
+// NamedVolume defines model for NamedVolume.
+type NamedVolume struct {
+	CreatedAt time.Time `json:"createdAt"`
+	Name      string    `json:"name"`
+
+	// SizeBytes What its files take on disk now.
+	SizeBytes int64 `json:"sizeBytes,omitempty,omitzero"`
+
+	// UsedBy The sandboxes that mount it.
+	UsedBy []string `json:"usedBy"`
+}
+
+// NamedVolumeList defines model for NamedVolumeList.
+type NamedVolumeList struct {
+	Items []NamedVolume `json:"items"`
+}
+
 // NetworkPolicy The sandbox's egress policy (docs/egress.md). Rules are checked in order and the first whose
 // target matches decides; otherwise `defaultAction` (unset = deny). Without a policy a sandbox
 // is unrestricted. Changed while the sandbox runs through the egress API on the endpoint for
@@ -929,6 +950,27 @@ type NetworkPolicy struct {
 	// DefaultAction What a rule, or the default, does; as a `defaultAction`, empty means unset (deny).
 	DefaultAction PolicyAction `json:"defaultAction,omitempty,omitzero"`
 	Egress        []EgressRule `json:"egress,omitzero"`
+}
+
+// PVC A named volume (OpenSandbox's platform-managed volume: a PVC on Kubernetes, a directory of
+// hybox's data directory here).
+type PVC struct {
+	// AccessModes Accepted and ignored.
+	AccessModes []string `json:"accessModes,omitempty,omitzero"`
+	ClaimName   string   `json:"claimName"`
+
+	// CreateIfNotExists Create the volume when it does not exist (default true); false and missing is a 400.
+	CreateIfNotExists *bool `json:"createIfNotExists,omitempty,omitzero"`
+
+	// DeleteOnSandboxTermination Remove the volume when the sandbox is deleted, if this create made it and no other
+	// sandbox uses it (default false).
+	DeleteOnSandboxTermination bool `json:"deleteOnSandboxTermination,omitempty,omitzero"`
+
+	// Storage Accepted and ignored (no quota is set on these directories).
+	Storage string `json:"storage,omitempty,omitzero"`
+
+	// StorageClass Accepted and ignored (a Kubernetes provisioning hint).
+	StorageClass string `json:"storageClass,omitempty,omitzero"`
 }
 
 // Pagination defines model for Pagination.
@@ -1445,21 +1487,27 @@ type VaultSubstitution struct {
 	Placeholder string   `json:"placeholder"`
 }
 
-// Volume defines model for Volume.
+// Volume A directory mounted into the sandbox: exactly one of `host` (a directory of the server's
+// host under its allowed host paths) and `pvc` (a named volume hybox manages in its data
+// directory, tag `volumes`; the same name in two sandboxes, of any runtime, is the same
+// directory). A create giving both or neither is a 400.
 type Volume struct {
 	Host struct {
 		// Path A directory on the server's host.
 		Path string `json:"path"`
-	} `json:"host"`
+	} `json:"host,omitempty,omitzero"`
 
 	// MountPath An absolute path inside the sandbox.
 	MountPath string `json:"mountPath"`
 	Name      string `json:"name,omitempty,omitzero"`
 
-	// Pvc Not supported (400 `NOT_SUPPORTED`).
-	Pvc      json.RawMessage `json:"pvc,omitempty,omitzero"`
-	ReadOnly bool            `json:"readOnly,omitempty,omitzero"`
-	SubPath  string          `json:"subPath,omitempty,omitzero"`
+	// Pvc A named volume (OpenSandbox's platform-managed volume: a PVC on Kubernetes, a directory of
+	// hybox's data directory here).
+	Pvc      PVC  `json:"pvc,omitempty,omitzero"`
+	ReadOnly bool `json:"readOnly,omitempty,omitzero"`
+
+	// SubPath A relative path below the volume's directory to mount instead (a named volume creates it).
+	SubPath string `json:"subPath,omitempty,omitzero"`
 }
 
 // ExecdID defines model for ExecdId.
@@ -1617,6 +1665,18 @@ type Unauthorized = Error
 // 5xx answer never carries internal details: its message is fixed, and the details are in
 // the server's log under the request's `X-Request-ID`.
 type Unavailable = Error
+
+// VolumeConflict Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
+// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
+// 5xx answer never carries internal details: its message is fixed, and the details are in
+// the server's log under the request's `X-Request-ID`.
+type VolumeConflict = Error
+
+// VolumeNotFound Every error body, on every surface (lifecycle, proxy and ingress, execd, egress). `code` is
+// one of `ErrorCode`; `message` says what was wrong, naming the field for invalid input. A
+// 5xx answer never carries internal details: its message is fixed, and the details are in
+// the server's log under the request's `X-Request-ID`.
+type VolumeNotFound = Error
 
 // ExecdInterruptCodeParams defines parameters for ExecdInterruptCode.
 type ExecdInterruptCodeParams struct {
@@ -1858,3 +1918,6 @@ type ExecdCreateSessionJSONRequestBody = SessionRequest
 
 // ExecdRunInSessionJSONRequestBody defines body for ExecdRunInSession for application/json ContentType.
 type ExecdRunInSessionJSONRequestBody = SessionRunRequest
+
+// CreateVolumeJSONRequestBody defines body for CreateVolume for application/json ContentType.
+type CreateVolumeJSONRequestBody = CreateVolumeRequest

@@ -379,6 +379,44 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/volumes": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List named volumes. */
+        get: operations["listVolumes"];
+        put?: never;
+        /** Create a named volume. */
+        post: operations["createVolume"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/volumes/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        /** A named volume. */
+        get: operations["getVolume"];
+        put?: never;
+        post?: never;
+        /** Delete a named volume and its files. */
+        delete: operations["deleteVolume"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/metrics/events": {
         parameters: {
             query?: never;
@@ -1162,18 +1200,62 @@ export interface components {
             /** @enum {string} */
             arch?: "amd64" | "arm64";
         };
+        /**
+         * @description A directory mounted into the sandbox: exactly one of `host` (a directory of the server's
+         *     host under its allowed host paths) and `pvc` (a named volume hybox manages in its data
+         *     directory, tag `volumes`; the same name in two sandboxes, of any runtime, is the same
+         *     directory). A create giving both or neither is a 400.
+         */
         Volume: {
             name?: string;
             /** @description An absolute path inside the sandbox. */
             mountPath: string;
             readOnly?: boolean;
+            /** @description A relative path below the volume's directory to mount instead (a named volume creates it). */
             subPath?: string;
-            host: {
+            host?: {
                 /** @description A directory on the server's host. */
                 path: string;
             };
-            /** @description Not supported (400 `NOT_SUPPORTED`). */
-            pvc?: unknown;
+            pvc?: components["schemas"]["PVC"];
+        };
+        /**
+         * @description A named volume (OpenSandbox's platform-managed volume: a PVC on Kubernetes, a directory of
+         *     hybox's data directory here).
+         */
+        PVC: {
+            claimName: string;
+            /** @description Create the volume when it does not exist (default true); false and missing is a 400. */
+            createIfNotExists?: boolean;
+            /**
+             * @description Remove the volume when the sandbox is deleted, if this create made it and no other
+             *     sandbox uses it (default false).
+             */
+            deleteOnSandboxTermination?: boolean;
+            /** @description Accepted and ignored (a Kubernetes provisioning hint). */
+            storageClass?: string;
+            /** @description Accepted and ignored (no quota is set on these directories). */
+            storage?: string;
+            /** @description Accepted and ignored. */
+            accessModes?: string[];
+        };
+        NamedVolume: {
+            name: string;
+            /** Format: date-time */
+            createdAt: string;
+            /**
+             * Format: int64
+             * @description What its files take on disk now.
+             */
+            sizeBytes?: number;
+            /** @description The sandboxes that mount it. */
+            usedBy: string[];
+        };
+        NamedVolumeList: {
+            items: components["schemas"]["NamedVolume"][];
+        };
+        CreateVolumeRequest: {
+            name: string;
         };
         /**
          * @description Free-form string settings, stored and echoed. hybox reads `hybox.io/runtime`, which
@@ -1847,7 +1929,7 @@ export interface components {
         };
         /**
          * @description The request is malformed or names something hybox cannot do: `INVALID_REQUEST`, or
-         *     `NOT_SUPPORTED` (snapshots, pvc volumes, an option the chosen runtime lacks).
+         *     `NOT_SUPPORTED` (snapshots, an option the chosen runtime lacks, such as volumes in a wasm sandbox).
          */
         BadRequest: {
             headers: {
@@ -1893,6 +1975,24 @@ export interface components {
                  *       "message": "not found: sandbox 3f0c2a52-8d1e-4b7a-9c1e-2d8f4e6a7b90"
                  *     }
                  */
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+        /** @description `NOT_FOUND`: no named volume of that name. */
+        VolumeNotFound: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+        /** @description `CONFLICT`: the volume exists (create), or a sandbox uses it (delete). */
+        VolumeConflict: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
                 "application/json": components["schemas"]["Error"];
             };
         };
@@ -3365,6 +3465,102 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["PoolNotFound"];
+        };
+    };
+    listVolumes: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Every named volume. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["NamedVolumeList"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+        };
+    };
+    createVolume: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateVolumeRequest"];
+            };
+        };
+        responses: {
+            /** @description The volume. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["NamedVolume"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            409: components["responses"]["VolumeConflict"];
+            413: components["responses"]["PayloadTooLarge"];
+        };
+    };
+    getVolume: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The volume. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["NamedVolume"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["VolumeNotFound"];
+        };
+    };
+    deleteVolume: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["VolumeNotFound"];
+            409: components["responses"]["VolumeConflict"];
         };
     };
     postMetricsEvent: {

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Dict, Literal
+from typing import Annotated, Dict, Literal
 from uuid import UUID
 
 from pydantic import (
@@ -91,19 +91,61 @@ class Host(BaseModel):
     """
 
 
-class Volume(BaseModel):
-    name: str | None = None
-    mountPath: Annotated[str, Field(pattern='^/')]
+class PVC(BaseModel):
     """
-    An absolute path inside the sandbox.
+    A named volume (OpenSandbox's platform-managed volume: a PVC on Kubernetes, a directory of
+    hybox's data directory here).
+
     """
-    readOnly: bool | None = None
-    subPath: str | None = None
-    host: Host
-    pvc: Any | None = None
+
+    claimName: Annotated[
+        str, Field(max_length=253, pattern='^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')
+    ]
+    createIfNotExists: bool | None = None
     """
-    Not supported (400 `NOT_SUPPORTED`).
+    Create the volume when it does not exist (default true); false and missing is a 400.
     """
+    deleteOnSandboxTermination: bool | None = None
+    """
+    Remove the volume when the sandbox is deleted, if this create made it and no other
+    sandbox uses it (default false).
+
+    """
+    storageClass: str | None = None
+    """
+    Accepted and ignored (a Kubernetes provisioning hint).
+    """
+    storage: str | None = None
+    """
+    Accepted and ignored (no quota is set on these directories).
+    """
+    accessModes: list[str] | None = None
+    """
+    Accepted and ignored.
+    """
+
+
+class NamedVolume(BaseModel):
+    name: str
+    createdAt: AwareDatetime
+    sizeBytes: int | None = None
+    """
+    What its files take on disk now.
+    """
+    usedBy: list[str]
+    """
+    The sandboxes that mount it.
+    """
+
+
+class NamedVolumeList(BaseModel):
+    items: list[NamedVolume]
+
+
+class CreateVolumeRequest(BaseModel):
+    name: Annotated[
+        str, Field(max_length=253, pattern='^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')
+    ]
 
 
 class Extensions(BaseModel):
@@ -862,6 +904,29 @@ class ImageSpec(BaseModel):
 
     """
     auth: ImageAuth | None = None
+
+
+class Volume(BaseModel):
+    """
+    A directory mounted into the sandbox: exactly one of `host` (a directory of the server's
+    host under its allowed host paths) and `pvc` (a named volume hybox manages in its data
+    directory, tag `volumes`; the same name in two sandboxes, of any runtime, is the same
+    directory). A create giving both or neither is a 400.
+
+    """
+
+    name: str | None = None
+    mountPath: Annotated[str, Field(pattern='^/')]
+    """
+    An absolute path inside the sandbox.
+    """
+    readOnly: bool | None = None
+    subPath: str | None = None
+    """
+    A relative path below the volume's directory to mount instead (a named volume creates it).
+    """
+    host: Host | None = None
+    pvc: PVC | None = None
 
 
 class CreateSandboxRequest(BaseModel):
