@@ -116,21 +116,13 @@ test-unit: guests check $(TEST_DEPS)
 
 # The Go SDK (its own module, sdks/go) against a real `hybox serve`: the
 # binary just built. HYBOX_REQUIRE_SDK_SERVER makes a missing binary a failure.
-# As root its container tests use the shared test containerd (the one the
-# container backend's tests start) and the test image archive.
-# When this target starts the test containerd, it stops it at the end.
+# As root the SDK suites' container tests use the shared test containerd (the
+# one the container backend's tests start) and both test images, through
+# scripts/sdk-containers.sh, which stops that containerd at the end when it
+# started it.
 test-sdk: build $(TEST_DEPS)
-	@sock=""; started=""; \
-	if [ "$(IS_ROOT)" = yes ]; then \
-		./scripts/containers/containerd.sh status $(TEST_DATA_DIR) >/dev/null 2>&1 || started=yes; \
-		if ./scripts/containers/containerd.sh start $(TEST_DATA_DIR) >/dev/null; then \
-			sock=$(TEST_DATA_DIR)/containerd/containerd.sock; fi; fi; \
-	(cd sdks/go && HYBOX_BIN=$(CURDIR)/$(BIN) HYBOX_REQUIRE_SDK_SERVER=1 HYBOX_SDK_CONTAINERD=$$sock \
-		HYBOX_SDK_IMAGE_ARCHIVE=$(IMAGE_ARCHIVE) $(GO) test -race -timeout 10m ./...); rc=$$?; \
-	if [ "$$started" = yes ]; then \
-		echo "make: stopping the test containerd under $(TEST_DATA_DIR) (this run started it)"; \
-		./scripts/containers/containerd.sh stop $(TEST_DATA_DIR); \
-	fi; exit $$rc
+	@./scripts/sdk-containers.sh bash -c 'cd sdks/go && HYBOX_BIN=$(CURDIR)/$(BIN) HYBOX_REQUIRE_SDK_SERVER=1 \
+		$(GO) test -race -timeout 10m ./...'
 
 test-e2e: build
 	@./scripts/e2e.sh
@@ -146,7 +138,8 @@ bench: build bench-sdk-js bench-sdk-python
 # The TypeScript SDK (sdks/js): its pinned tools and dependencies (npm ci),
 # its suite (npm pack, install the tarball into build/js-sdk/install, run the
 # tests there against real `hybox serve` processes) and its benchmark.
-# Container tests run when a containerd socket is up ($(CONTAINERD_SOCK)).
+# As root its container tests run (scripts/sdk-containers.sh); the benchmark
+# uses a containerd socket when one is up ($(CONTAINERD_SOCK)).
 SDK_JS := sdks/js
 SDK_JS_CONTAINERD = $(shell [ -S $(CONTAINERD_SOCK) ] && echo $(CONTAINERD_SOCK))
 
@@ -155,8 +148,8 @@ sdk-js-deps: $(SDK_JS)/node_modules/.package-lock.json
 $(SDK_JS)/node_modules/.package-lock.json: $(SDK_JS)/package.json $(SDK_JS)/package-lock.json
 	cd $(SDK_JS) && npm ci --no-audit --no-fund --prefer-offline
 
-test-sdk-js: build sdk-js-deps
-	HYBOX_BIN=$(CURDIR)/$(BIN) HYBOX_SDK_CONTAINERD=$(SDK_JS_CONTAINERD) node $(SDK_JS)/scripts/test-package.mjs
+test-sdk-js: build sdk-js-deps $(TEST_DEPS)
+	HYBOX_BIN=$(CURDIR)/$(BIN) ./scripts/sdk-containers.sh node $(SDK_JS)/scripts/test-package.mjs
 
 # The parity table of docs/sdks.md against the SDKs' public surfaces.
 test-sdk-parity: sdk-js-deps
@@ -166,9 +159,10 @@ bench-sdk-js: build sdk-js-deps
 	cd $(SDK_JS) && npm run --silent build && HYBOX_BIN=$(CURDIR)/$(BIN) HYBOX_SDK_CONTAINERD=$(SDK_JS_CONTAINERD) node bench/bench.mjs
 
 # The Python SDK (sdks/python): wheel and sdist built, the wheel installed into a fresh
-# virtualenv under build/pysdk, mypy --strict, the suite against a real `hybox serve`.
-test-sdk-python: build
-	@./scripts/test-sdk-python.sh
+# virtualenv under build/pysdk, mypy --strict, the suite against a real `hybox serve`
+# (as root with container sandboxes too: scripts/sdk-containers.sh).
+test-sdk-python: build $(TEST_DEPS)
+	@./scripts/sdk-containers.sh ./scripts/test-sdk-python.sh
 
 # Python SDK latencies (create -> first result, warm 1+1, overhead over raw httpx).
 bench-sdk-python: build

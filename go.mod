@@ -29,6 +29,8 @@ require (
 	mvdan.cc/sh/v3 v3.14.1
 )
 
+require github.com/evanw/esbuild v0.28.2 // indirect
+
 require (
 	github.com/Microsoft/go-winio v0.6.3-0.20251027160822-ad3df93bed29 // indirect
 	github.com/Microsoft/hcsshim v0.15.0-rc.4 // indirect

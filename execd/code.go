@@ -72,27 +72,38 @@ func (c *codeContext) json() api.CodeContext {
 	return api.CodeContext{ID: c.id, Language: c.language, Cwd: c.cwd}
 }
 
-// supports reports whether the backend runs language (bash always).
+// supports reports whether the backend runs language (bash always;
+// typescript where javascript runs and a transpiler is set).
 func (m *codeManager) supports(language string) bool {
-	if language == "bash" {
+	switch {
+	case language == "bash":
 		return true
+	case language == "typescript" && m.h.opts.TypeScript == nil:
+		return false
 	}
 	for _, l := range m.h.opts.Executor.Languages() {
-		if l == language {
+		if l == engine(language) {
 			return true
 		}
 	}
 	return false
 }
 
-func (m *codeManager) unknownLanguage(raw string) error {
+// languages lists the languages contexts can have in this sandbox.
+func (m *codeManager) languages() []string {
 	langs := append([]string{}, m.h.opts.Executor.Languages()...)
-	langs = append(langs, "bash")
-	return fmt.Errorf("%w: %q is not available in this sandbox (available: %s)", ErrUnknownLanguage, raw, strings.Join(langs, ", "))
+	if m.supports("typescript") {
+		langs = append(langs, "typescript")
+	}
+	return append(langs, "bash")
 }
 
-// newContext creates a context; the interpreter is started at once (bash
-// contexts need none).
+func (m *codeManager) unknownLanguage(raw string) error {
+	return fmt.Errorf("%w: %q is not available in this sandbox (available: %s)", ErrUnknownLanguage, raw, strings.Join(m.languages(), ", "))
+}
+
+// newContext creates a context; its interpreter (for bash a shell
+// session) is started at once.
 func (m *codeManager) newContext(ctx context.Context, rawLang, cwd string) (*codeContext, error) {
 	lang := normalizeLanguage(rawLang)
 	if lang == "" {
@@ -108,13 +119,11 @@ func (m *codeManager) newContext(ctx context.Context, rawLang, cwd string) (*cod
 		return nil, fmt.Errorf("%w: this sandbox already has %d code contexts; delete one first", ErrOverloaded, n)
 	}
 	c := &codeContext{id: newID(), language: lang, cwd: cwd}
-	if lang != "bash" {
-		it, err := m.h.opts.Executor.NewInterpreter(ctx, lang, cwd)
-		if err != nil {
-			return nil, err
-		}
-		c.interp = it
+	it, err := m.newInterpreter(ctx, lang, cwd)
+	if err != nil {
+		return nil, err
 	}
+	c.interp = it
 	m.mu.Lock()
 	m.contexts[c.id] = c
 	m.mu.Unlock()
@@ -334,10 +343,6 @@ func (m *codeManager) execute(ctx context.Context, c *codeContext, code string, 
 	}
 	defer release()
 
-	if c.language == "bash" {
-		return m.h.commands.foreground(ctx, commandRequest{Command: code, Cwd: c.cwd}, timeout, s)
-	}
-
 	execID := newID()
 	c.mu.Lock()
 	if c.closed {
@@ -350,7 +355,7 @@ func (m *codeManager) execute(ctx context.Context, c *codeContext, code string, 
 		c.mu.Unlock()
 		// Starting an interpreter is not part of the execution's time
 		// budget: only the client going away cancels it.
-		it, err = m.h.opts.Executor.NewInterpreter(ctx, c.language, c.cwd)
+		it, err = m.newInterpreter(ctx, c.language, c.cwd)
 		if err != nil {
 			return err
 		}

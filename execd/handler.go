@@ -51,6 +51,10 @@ type Options struct {
 	MaxBodyBytes int64
 	// Files configures the files API.
 	Files FilesOptions
+	// TypeScript transpiles the cells of typescript code contexts, which
+	// run in the executor's javascript interpreter; nil = no typescript
+	// contexts. The binaries pass internal/typescript's (esbuild).
+	TypeScript Transpiler
 	// Logger; nil = slog.Default().
 	Logger *slog.Logger
 }

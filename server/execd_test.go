@@ -88,7 +88,7 @@ func TestCodeBadInput(t *testing.T) {
 		{name: "malformed", body: `{"code":`, want: 400, code: execd.CodeInvalidRequestBody},
 		{name: "missing code", body: `{"context":{"language":"python"}}`, want: 400, code: execd.CodeInvalidRequestBody},
 		{name: "unknown language", body: `{"context":{"language":"cobol"},"code":"1"}`, want: 400, code: execd.CodeUnknownLanguage},
-		{name: "typescript", body: `{"context":{"language":"typescript"},"code":"1"}`, want: 400, code: execd.CodeUnknownLanguage},
+		{name: "java (no interpreter here)", body: `{"context":{"language":"java"},"code":"1"}`, want: 400, code: execd.CodeUnknownLanguage},
 		{name: "unknown context", body: `{"context":{"id":"nope"},"code":"1"}`, want: 404, code: execd.CodeContextNotFound},
 	}
 	for _, tc := range tests {

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybox-dev/hybox/execd"
+	"github.com/hybox-dev/hybox/internal/typescript"
 	"github.com/hybox-dev/hybox/policy/egress"
 	"github.com/hybox-dev/hybox/policy/egress/egresstest"
 	"github.com/hybox-dev/hybox/runtimes"
@@ -74,7 +75,8 @@ func newHarness(t testing.TB, dataDir string, ho harnessOpts) *harness {
 		dataDir = t.TempDir()
 	}
 	ctx := context.Background()
-	eo := execd.Options{ExecTimeout: ho.execTimeout, OutputLimitBytes: ho.outputLimit, Limiter: ho.limiter}
+	eo := execd.Options{ExecTimeout: ho.execTimeout, OutputLimitBytes: ho.outputLimit, Limiter: ho.limiter,
+		TypeScript: typescript.Transpiler{}}
 	rt, stop, err := wasm.Setup(ctx, wasm.SetupOptions{Engine: wasmtest.Engine(t), PythonPool: 2,
 		DefaultMemoryBytes: ho.memory, OutputLimitBytes: ho.outputLimit, Exec: eo})
 	require.NoError(t, err)

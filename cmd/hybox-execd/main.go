@@ -40,6 +40,7 @@ import (
 
 	"github.com/hybox-dev/hybox/execd"
 	"github.com/hybox-dev/hybox/execd/osbackend"
+	"github.com/hybox-dev/hybox/internal/typescript"
 )
 
 func main() {
@@ -157,7 +158,8 @@ func serve(cfg config, log *slog.Logger) error {
 		return err
 	}
 	defer backend.Close()
-	handler, err := execd.New(execd.Options{Executor: backend, AccessToken: token, Logger: log})
+	handler, err := execd.New(execd.Options{Executor: backend, AccessToken: token, Logger: log,
+		TypeScript: typescript.Transpiler{}})
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hybox-dev/hybox/execd"
+	"github.com/hybox-dev/hybox/internal/typescript"
 	"github.com/hybox-dev/hybox/policy/egress"
 	"github.com/hybox-dev/hybox/runtimes"
 	"github.com/hybox-dev/hybox/runtimes/oci"
@@ -180,6 +181,7 @@ func serve(ctx context.Context, cfg *config) error {
 			Limiter:          execd.NewLimiter(cfg.Wasm.MaxConcurrent, cfg.Wasm.QueueWait.Duration),
 			ExecTimeout:      cfg.Wasm.ExecTimeout.Duration,
 			OutputLimitBytes: outLimit,
+			TypeScript:       typescript.Transpiler{},
 			Logger:           log,
 		},
 	})

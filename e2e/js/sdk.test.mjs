@@ -318,6 +318,27 @@ describe(`hybox through the OpenSandbox JS SDK (${PASS})`, () => {
     assert.match(boom.execution.error?.value ?? "", /boom/);
   });
 
+  it("runs TypeScript with state across runs, errors at TypeScript lines", async () => {
+    const ctx = await createContext(sbx, "typescript");
+    const first = await runCode(sbx, "interface P { n: number }\nconst p: P = { n: 41 }", ctx);
+    assert.equal(first.execution.error, undefined);
+    const second = await runCode(sbx, "p.n + 1", ctx);
+    assert.deepEqual(resultTexts(second.execution), ["42"]);
+    // thrown on TypeScript line 4; the JavaScript has it on line 1
+    const boom = await runCode(sbx, "type T = {\n  a: string\n}\nthrow new TypeError('boom')", ctx);
+    assert.equal(boom.execution.error?.name, "TypeError");
+    assert.ok((boom.execution.error?.traceback ?? []).some((l) => l.includes(":4")), JSON.stringify(boom.execution.error));
+  });
+
+  it("runs Bash with state across runs", async () => {
+    const ctx = await createContext(sbx, "bash");
+    assert.equal((await runCode(sbx, "N=41\ncd /tmp", ctx)).execution.error, undefined);
+    const second = await runCode(sbx, "echo $((N + 1)) $(pwd)", ctx);
+    assert.equal(stdoutText(second.execution), "42 /tmp\n");
+    const fail = await runCode(sbx, "(exit 3)", ctx);
+    assert.equal(fail.execution.error?.value, "3");
+  });
+
   it("writes, reads, lists, searches and deletes files", async () => {
     const path = `${WORK_DIR}/hello.txt`;
     const content = "hello hybox\n";

@@ -294,6 +294,34 @@ def test_javascript_state(interpreter):
     assert "boom" in boom.error.value
 
 
+def test_typescript_state(interpreter):
+    codes = interpreter.codes
+    ctx = codes.create_context(SupportedLanguageSync.TYPESCRIPT)
+    assert ctx.language == "typescript"
+    first = run(codes, "interface P { n: number }\nconst p: P = { n: 41 }", context=ctx)
+    assert first.error is None
+    second = run(codes, "p.n + 1", context=ctx)
+    assert second.error is None
+    assert result_texts(second) == ["42"]
+    # the exception is on TypeScript line 4; the JavaScript has it on line 1
+    boom = run(codes, "type T = {\n  a: string\n}\nthrow new TypeError('boom')", context=ctx)
+    assert boom.error is not None
+    assert boom.error.name == "TypeError"
+    assert any(":4" in line for line in boom.error.traceback), boom.error.traceback
+
+
+def test_bash_state(interpreter):
+    codes = interpreter.codes
+    ctx = codes.create_context(SupportedLanguageSync.BASH)
+    assert ctx.language == "bash"
+    assert run(codes, "N=41\ncd /tmp", context=ctx).error is None
+    second = run(codes, "echo $((N + 1)) $(pwd)", context=ctx)
+    assert second.error is None
+    assert stdout_text(second) == "42 /tmp\n"
+    fail = run(codes, "(exit 3)", context=ctx)
+    assert fail.error is not None and fail.error.value == "3"
+
+
 def test_files(sandbox, interpreter):
     path = f"{WORK_DIR}/hello.txt"
     content = "hello hybox\n"

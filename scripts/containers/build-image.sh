@@ -1,12 +1,21 @@
 #!/usr/bin/env bash
-# Builds the test image localhost/hybox/python:3-bookworm as an OCI image
-# archive OUT.tar: a Debian bookworm rootfs (minbase plus python3, nodejs,
-# bash, coreutils, procps, curl, ca-certificates; no docs, man pages or
-# locales; no apt lists) made by mmdebstrap from the Debian mirror this
-# machine's apt uses, packed by internal/ociarchive/cmd/ociarchive into one gzip
-# layer (reproducible for the same packages).
+# Builds a test image (by default localhost/hybox/python:3-bookworm) as an
+# OCI image archive OUT.tar: a Debian bookworm rootfs (minbase plus python3,
+# nodejs, bash, coreutils, procps, curl, ca-certificates and any EXTRA
+# packages; no docs, man pages or locales; no apt lists) made by mmdebstrap
+# from the Debian mirror this machine's apt uses, packed by
+# internal/ociarchive/cmd/ociarchive into one gzip layer (reproducible for
+# the same packages).
 #
-#   build-image.sh OUT.tar
+#   build-image.sh OUT.tar [NAME [EXTRA]]
+#
+# NAME names the image; EXTRA is a comma-separated list of more Debian
+# packages. The plotting test image is (python3-munkres satisfies
+# python3-fonttools' "python3-scipy | python3-munkres", which apt would
+# otherwise meet with scipy and, through pythran, a C++ compiler: 1.1 GiB
+# instead of about 400 MiB)
+#   build-image.sh /var/cache/hybox/python-plot-3-bookworm.oci.tar \
+#       localhost/hybox/python-plot:3-bookworm python3-matplotlib,python3-numpy,python3-munkres
 #
 # Cached: when OUT.tar exists and OUT.tar.inputs records the same inputs
 # (this script, the packer's source, mirror, packages, name), nothing is
@@ -15,14 +24,14 @@
 # (mmdebstrap's root mode), mmdebstrap and Go.
 set -euo pipefail
 
-[ $# -eq 1 ] || {
-	echo "usage: $0 OUT.tar" >&2
+[ $# -ge 1 ] && [ $# -le 3 ] || {
+	echo "usage: $0 OUT.tar [NAME [EXTRA_PACKAGES]]" >&2
 	exit 2
 }
 out=$1
-name=localhost/hybox/python:3-bookworm
+name=${2:-localhost/hybox/python:3-bookworm}
 suite=bookworm
-packages=python3,nodejs,bash,coreutils,procps,curl,ca-certificates
+packages=python3,nodejs,bash,coreutils,procps,curl,ca-certificates${3:+,$3}
 epoch=1704067200 # 2024-01-01T00:00:00Z: every mtime is clamped to it
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)

@@ -33,7 +33,7 @@ ACCEPTED = [
     # The fuzzed sandbox is a wasm sandbox: no terminals, no uid/gid.
     (("ST202",), r"^[A-Z]+ /pty(/.*)?$", 400, "NOT_SUPPORTED", r"PTY sessions are not available"),
     (("ST202",), r"^POST /command$", 400, "NOT_SUPPORTED", r"uid/gid are not available in a wasm sandbox"),
-    # Which languages run depends on the sandbox (wasm has no typescript).
+    # Which languages run depends on the sandbox (wasm has no java or go).
     (("ST202",), r"^[A-Z]+ /(run|code|code/context|code/contexts)$", 400, "UNKNOWN_LANGUAGE", r""),
     # "In the future" cannot be written in a schema.
     (("ST202",), r"^POST /sandboxes/\{id\}/renew-expiration$", 400, "INVALID_REQUEST",

@@ -94,6 +94,32 @@ func TestCodeContexts(t *testing.T) {
 	if err != nil || strings.TrimSpace(x.Text()) != "42" {
 		t.Fatalf("default javascript context: %v %+v", err, x)
 	}
+
+	// TypeScript and Bash contexts keep state; a TypeScript error names its line.
+	ts, err := sb.CreateContext(ctx, api.CodeContextRequest{Language: "typescript"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x, err := sb.RunCode(ctx, code(ts.ID, "interface P { n: number }\nconst p: P = { n: 20 }"), nil); err != nil || x.Err() != nil {
+		t.Fatalf("typescript: %v %v", err, x.Err())
+	}
+	if x, err := sb.RunCode(ctx, code(ts.ID, "p.n + 22"), nil); err != nil || len(x.Results) != 1 || x.Results[0]["text"] != "42" {
+		t.Fatalf("typescript state: %v %+v", err, x)
+	}
+	x, err = sb.RunCode(ctx, code(ts.ID, "type T = string\n\nthrow new RangeError('far')"), nil)
+	if err != nil || x.Error == nil || x.Error.EName != "RangeError" || !strings.Contains(strings.Join(x.Error.Traceback, "\n"), ":3") {
+		t.Fatalf("typescript error: %v %+v", err, x.Error)
+	}
+	sh, err := sb.CreateContext(ctx, api.CodeContextRequest{Language: "bash"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sb.RunCode(ctx, code(sh.ID, "N=41; cd /tmp"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if x, err := sb.RunCode(ctx, code(sh.ID, "echo $((N + 1)) $PWD"), nil); err != nil || strings.Join(x.Stdout, "") != "42 /tmp\n" {
+		t.Fatalf("bash state: %v %q", err, x.Stdout)
+	}
 }
 
 func hasContext(list []api.CodeContext, id string) bool {

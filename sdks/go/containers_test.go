@@ -3,12 +3,14 @@ package hybox_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -19,13 +21,36 @@ import (
 
 // Container sandboxes are optional for the SDK's tests: they run when
 // HYBOX_SDK_CONTAINERD names the socket of a running containerd (make
-// test-sdk sets it as root, to the test containerd of
-// scripts/containers/containerd.sh) and the test image archive exists.
+// test-sdk sets it as root, through scripts/sdk-containers.sh, to the test
+// containerd of scripts/containers/containerd.sh) and the test image
+// archives exist.
 
 const (
 	testImage     = "localhost/hybox/python:3-bookworm"
+	plotImage     = "localhost/hybox/python-plot:3-bookworm" // with Debian's matplotlib and numpy
 	testNamespace = "hybox-test-sdk"
 )
+
+// importImage imports archive (or its default) into testNamespace unless
+// the namespace has image; it skips when the archive is missing.
+func importImage(t testing.TB, sock, image, archive, def string) {
+	t.Helper()
+	if archive == "" {
+		archive = def
+	}
+	ctr := func(args ...string) ([]byte, error) {
+		return exec.Command("ctr", append([]string{"--address", sock, "-n", testNamespace}, args...)...).CombinedOutput()
+	}
+	if out, err := ctr("images", "ls", "-q"); err == nil && strings.Contains(string(out), image) {
+		return
+	}
+	if _, err := os.Stat(archive); err != nil {
+		t.Skipf("container sandboxes: no archive of %s at %s (scripts/sdk-containers.sh builds it)", image, archive)
+	}
+	if out, err := ctr("images", "import", archive); err != nil {
+		t.Fatalf("import %s: %v\n%s", archive, err, out)
+	}
+}
 
 // containerServer returns a server with the runc runtime, or skips.
 func containerServer(t testing.TB, poolOf ...any) *testServer {
@@ -34,21 +59,8 @@ func containerServer(t testing.TB, poolOf ...any) *testServer {
 	if sock == "" {
 		t.Skip("container sandboxes: HYBOX_SDK_CONTAINERD (a containerd socket) is not set")
 	}
-	archive := os.Getenv("HYBOX_SDK_IMAGE_ARCHIVE")
-	if archive == "" {
-		archive = "/var/cache/hybox/python-3-bookworm.oci.tar"
-	}
-	ctr := func(args ...string) ([]byte, error) {
-		return exec.Command("ctr", append([]string{"--address", sock, "-n", testNamespace}, args...)...).CombinedOutput()
-	}
-	if out, err := ctr("images", "ls", "-q"); err != nil || !strings.Contains(string(out), testImage) {
-		if _, err := os.Stat(archive); err != nil {
-			t.Skipf("container sandboxes: no test image archive at %s (make image)", archive)
-		}
-		if out, err := ctr("images", "import", archive); err != nil {
-			t.Fatalf("import %s: %v\n%s", archive, err, out)
-		}
-	}
+	importImage(t, sock, testImage, os.Getenv("HYBOX_SDK_IMAGE_ARCHIVE"), "/var/cache/hybox/python-3-bookworm.oci.tar")
+	importImage(t, sock, plotImage, os.Getenv("HYBOX_SDK_PLOT_IMAGE_ARCHIVE"), "/var/cache/hybox/python-plot-3-bookworm.oci.tar")
 	execd := filepath.Join(filepath.Dir(binary(t)), "hybox-execd")
 	cfg := "[oci]\naddress = \"" + sock + "\"\nnamespace = \"" + testNamespace + "\"\nexecd_binary = \"" + execd + "\"\n"
 	runtime, size := "runc", 0
@@ -202,4 +214,56 @@ func TestContainerPool(t *testing.T) {
 	if err := c.DeletePool(ctx, "sdk-runc"); !errors.Is(err, hybox.ErrInvalid) {
 		t.Fatalf("deleting a configured pool: %v", err)
 	}
+}
+
+// TestContainerPlotContext: in a container Python code context of the
+// plotting image, a matplotlib figure is an image/png result and display()
+// of an object with _repr_*_ methods streams its MIME bundle, as in wasm.
+func TestContainerPlotContext(t *testing.T) {
+	srv := containerServer(t)
+	c := newClient(t, srv)
+	ctx := ctxFor(t, 3*time.Minute)
+	sb := newSandbox(t, c, api.CreateSandboxRequest{Image: api.ImageSpec{URI: plotImage},
+		Extensions: api.Extensions{hybox.RuntimeExtension: "runc"}})
+	cc, err := sb.CreateContext(ctx, api.CodeContextRequest{Language: "python"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(src string) *hybox.Execution {
+		t.Helper()
+		x, err := sb.RunCode(ctx, code(cc.ID, src), nil)
+		if err != nil || x.Err() != nil {
+			t.Fatalf("run %q: %v %v", src, err, x.Err())
+		}
+		return x
+	}
+	run("import numpy as np\nxs = np.linspace(0, 1, 5)")
+	fig := run("import matplotlib.pyplot as plt\nplt.plot(xs, xs ** 2)\nplt.show()\nprint('after')")
+	if len(fig.Results) != 1 || fig.Results[0]["image/png"] == "" || strings.Join(fig.Stdout, "") != "after\n" {
+		t.Fatalf("figure: results %d %v, stdout %q", len(fig.Results), keys(fig.Results), fig.Stdout)
+	}
+	png, err := base64.StdEncoding.DecodeString(fig.Results[0]["image/png"])
+	if err != nil || !bytes.HasPrefix(png, []byte("\x89PNG\r\n\x1a\n")) {
+		t.Fatalf("image/png is not a PNG: %v %q", err, png[:min(len(png), 16)])
+	}
+	rich := run("class Card:\n    def _repr_html_(self): return '<b>card</b>'\n" +
+		"    def _repr_latex_(self): return r'$n$'\n    def __repr__(self): return 'Card()'\n" +
+		"display(Card())\nlen(xs)")
+	want := []api.MimeBundle{{"text": "Card()", "text/html": "<b>card</b>", "text/latex": "$n$"}, {"text": "5"}}
+	if fmt.Sprint(rich.Results) != fmt.Sprint(want) {
+		t.Fatalf("display results %v, want %v", rich.Results, want)
+	}
+}
+
+func keys(bs []api.MimeBundle) [][]string {
+	var out [][]string
+	for _, b := range bs {
+		var ks []string
+		for k := range b {
+			ks = append(ks, k)
+		}
+		sort.Strings(ks)
+		out = append(out, ks)
+	}
+	return out
 }

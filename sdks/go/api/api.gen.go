@@ -500,7 +500,10 @@ type CodeContext struct {
 
 	// Language A code language. hybox normalises aliases (`python3`, `py` → `python`; `js`, `node`,
 	// `nodejs` → `javascript`; `ts` → `typescript`; `sh`, `shell`, `command` → `bash`). Which
-	// ones run depends on the sandbox: wasm sandboxes run `python`, `javascript` and `bash`.
+	// ones run depends on the sandbox: wasm sandboxes run `python`, `javascript`, `typescript`
+	// and `bash`; container sandboxes `bash`, and `python`, `javascript` and `typescript` when
+	// the image has `python3` and `node`. An unavailable language is a 400 `UNKNOWN_LANGUAGE`
+	// naming the available ones.
 	//
 	//
 	// Examples: python, javascript, typescript, bash
@@ -521,7 +524,10 @@ type CodeRunContext struct {
 
 	// Language A code language. hybox normalises aliases (`python3`, `py` → `python`; `js`, `node`,
 	// `nodejs` → `javascript`; `ts` → `typescript`; `sh`, `shell`, `command` → `bash`). Which
-	// ones run depends on the sandbox: wasm sandboxes run `python`, `javascript` and `bash`.
+	// ones run depends on the sandbox: wasm sandboxes run `python`, `javascript`, `typescript`
+	// and `bash`; container sandboxes `bash`, and `python`, `javascript` and `typescript` when
+	// the image has `python3` and `node`. An unavailable language is a 400 `UNKNOWN_LANGUAGE`
+	// naming the available ones.
 	//
 	//
 	// Examples: python, javascript, typescript, bash
@@ -537,7 +543,10 @@ type CodeRunRequest struct {
 
 	// Language A code language. hybox normalises aliases (`python3`, `py` → `python`; `js`, `node`,
 	// `nodejs` → `javascript`; `ts` → `typescript`; `sh`, `shell`, `command` → `bash`). Which
-	// ones run depends on the sandbox: wasm sandboxes run `python`, `javascript` and `bash`.
+	// ones run depends on the sandbox: wasm sandboxes run `python`, `javascript`, `typescript`
+	// and `bash`; container sandboxes `bash`, and `python`, `javascript` and `typescript` when
+	// the image has `python3` and `node`. An unavailable language is a 400 `UNKNOWN_LANGUAGE`
+	// naming the available ones.
 	//
 	//
 	// Examples: python, javascript, typescript, bash
@@ -612,7 +621,7 @@ type CreateSandboxRequest struct {
 	Env map[string]string `json:"env,omitempty,omitzero"`
 
 	// Extensions Free-form string settings, stored and echoed. hybox reads `hybox.io/runtime`, which
-	// picks the runtime: `wasm` (in-process WebAssembly: python, javascript, bash built-ins;
+	// picks the runtime: `wasm` (in-process WebAssembly: python, javascript, typescript, bash built-ins;
 	// no ports, no PTY, no host volumes), `runc` (OCI container) or `runsc` (OCI container
 	// under gVisor). An unknown or unavailable runtime is a 400. `poolRef` names a warm pool
 	// (tag `pools`) to claim from: the image may then be omitted (the pool's is used), and an
@@ -812,7 +821,7 @@ type ExecError struct {
 }
 
 // Extensions Free-form string settings, stored and echoed. hybox reads `hybox.io/runtime`, which
-// picks the runtime: `wasm` (in-process WebAssembly: python, javascript, bash built-ins;
+// picks the runtime: `wasm` (in-process WebAssembly: python, javascript, typescript, bash built-ins;
 // no ports, no PTY, no host volumes), `runc` (OCI container) or `runsc` (OCI container
 // under gVisor). An unknown or unavailable runtime is a 400. `poolRef` names a warm pool
 // (tag `pools`) to claim from: the image may then be omitted (the pool's is used), and an
@@ -887,7 +896,10 @@ type ImageSpec struct {
 
 // Language A code language. hybox normalises aliases (`python3`, `py` → `python`; `js`, `node`,
 // `nodejs` → `javascript`; `ts` → `typescript`; `sh`, `shell`, `command` → `bash`). Which
-// ones run depends on the sandbox: wasm sandboxes run `python`, `javascript` and `bash`.
+// ones run depends on the sandbox: wasm sandboxes run `python`, `javascript`, `typescript`
+// and `bash`; container sandboxes `bash`, and `python`, `javascript` and `typescript` when
+// the image has `python3` and `node`. An unavailable language is a 400 `UNKNOWN_LANGUAGE`
+// naming the available ones.
 //
 // Examples: python, javascript, typescript, bash
 type Language = string
@@ -1251,7 +1263,7 @@ type Sandbox struct {
 	ExpiresAt time.Time `json:"expiresAt,omitempty,omitzero"`
 
 	// Extensions Free-form string settings, stored and echoed. hybox reads `hybox.io/runtime`, which
-	// picks the runtime: `wasm` (in-process WebAssembly: python, javascript, bash built-ins;
+	// picks the runtime: `wasm` (in-process WebAssembly: python, javascript, typescript, bash built-ins;
 	// no ports, no PTY, no host volumes), `runc` (OCI container) or `runsc` (OCI container
 	// under gVisor). An unknown or unavailable runtime is a 400. `poolRef` names a warm pool
 	// (tag `pools`) to claim from: the image may then be omitted (the pool's is used), and an

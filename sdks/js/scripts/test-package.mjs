@@ -5,8 +5,10 @@
 //
 // Environment: HYBOX_BIN (default ../../bin/hybox), HYBOX_GUEST_DIR (default
 // ../../build/guests), HYBOX_SDK_CONTAINERD (a containerd socket: container
-// tests run; absent: they skip, saying so), TEST_FILTER (a substring of test
-// file names).
+// tests run; absent: they skip, saying so), HYBOX_SDK_NAMESPACE (its
+// namespace holding the test images), HYBOX_SDK_RUNSC (gVisor's runsc: runsc
+// tests run too), TEST_FILTER (a substring of test file names).
+// scripts/sdk-containers.sh sets the HYBOX_SDK_* variables as root.
 import { execFileSync, spawn } from "node:child_process";
 import { cpSync, existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
@@ -20,6 +22,8 @@ const guestDir = process.env.HYBOX_GUEST_DIR || join(root, "build", "guests");
 const work = join(root, "build", "js-sdk");
 const cacheDir = join(root, "build", "js-sdk-wazero-cache");
 const containerd = process.env.HYBOX_SDK_CONTAINERD || "";
+const namespace = process.env.HYBOX_SDK_NAMESPACE || "";
+const runsc = process.env.HYBOX_SDK_RUNSC || "";
 
 if (!existsSync(bin)) {
   console.error(`test-sdk-js: no hybox binary at ${bin}: run \`make build\` (or set HYBOX_BIN)`);
@@ -55,7 +59,7 @@ for (const sig of ["SIGINT", "SIGTERM"]) {
 }
 try {
   // One after the other: the first compiles the guests into the shared cache.
-  const main = await startServer({ bin, guestDir, cacheDir, containerd });
+  const main = await startServer({ bin, guestDir, cacheDir, containerd, namespace, runsc });
   servers.push(main);
   const limited = await startServer({ bin, guestDir, cacheDir, extraToml: "[wasm]\nmax_concurrent = 1\nqueue_wait = \"10ms\"\n", vault: false });
   servers.push(limited);
@@ -70,6 +74,7 @@ try {
     HYBOX_TEST_LIMITED_DOMAIN: limited.url,
     HYBOX_TEST_LIMITED_API_KEY: limited.apiKey,
     HYBOX_TEST_CONTAINERS: containerd ? "1" : "",
+    HYBOX_TEST_RUNSC: containerd && runsc ? "1" : "",
     HYBOX_TEST_PACKAGE_DIR: pkgDir,
   };
   delete env.OPEN_SANDBOX_DOMAIN;

@@ -653,7 +653,11 @@ export interface paths {
          *     Streams `init` (text = the execution id), `execution_count`, `stdout`/`stderr` chunks,
          *     `result` events (the value of a trailing expression; `text/plain` is sent as `text`),
          *     `ping` keep-alives, then `execution_complete` or `error`. A context runs one execution
-         *     at a time. Code in a `bash` context runs as a command (line events, `CommandExecError`).
+         *     at a time. A `bash` context is one persistent shell (variables, functions and the
+         *     working directory carry over to its next run); a non-zero exit status is an `error`
+         *     event `CommandExecError` whose value is the status. A `typescript` cell is transpiled
+         *     (types stripped, not checked) and run as JavaScript in the context; an error names the
+         *     TypeScript line (a cell that does not parse is a `SyntaxError` at its line and column).
          *     When an interpreter had to be destroyed (timeout, interrupt, memory), the next run
          *     starts a fresh one and the error says so.
          */
@@ -1259,7 +1263,7 @@ export interface components {
         };
         /**
          * @description Free-form string settings, stored and echoed. hybox reads `hybox.io/runtime`, which
-         *     picks the runtime: `wasm` (in-process WebAssembly: python, javascript, bash built-ins;
+         *     picks the runtime: `wasm` (in-process WebAssembly: python, javascript, typescript, bash built-ins;
          *     no ports, no PTY, no host volumes), `runc` (OCI container) or `runsc` (OCI container
          *     under gVisor). An unknown or unavailable runtime is a 400. `poolRef` names a warm pool
          *     (tag `pools`) to claim from: the image may then be omitted (the pool's is used), and an
@@ -1651,7 +1655,10 @@ export interface components {
         /**
          * @description A code language. hybox normalises aliases (`python3`, `py` → `python`; `js`, `node`,
          *     `nodejs` → `javascript`; `ts` → `typescript`; `sh`, `shell`, `command` → `bash`). Which
-         *     ones run depends on the sandbox: wasm sandboxes run `python`, `javascript` and `bash`.
+         *     ones run depends on the sandbox: wasm sandboxes run `python`, `javascript`, `typescript`
+         *     and `bash`; container sandboxes `bash`, and `python`, `javascript` and `typescript` when
+         *     the image has `python3` and `node`. An unavailable language is a 400 `UNKNOWN_LANGUAGE`
+         *     naming the available ones.
          * @example python
          * @example javascript
          * @example typescript

@@ -22,6 +22,21 @@ test("code.run: results, logs, error with traceback, execution count", async (t)
   assert.equal(js.text, "42");
 });
 
+test("typescript and bash contexts keep state; a TypeScript error names its line", async (t) => {
+  const sb = await newSandbox(t);
+  const ts = await sb.code.createContext({ language: "typescript" });
+  assert.equal((await sb.code.run("interface P { n: number }\nconst p: P = { n: 20 }", { context: ts })).error, undefined);
+  assert.equal((await sb.code.run("p.n + 22", { context: ts })).text, "42");
+  const e = (await sb.code.run("type T = string\n\nthrow new RangeError('far')", { context: ts })).error;
+  assert.equal(e?.name, "RangeError");
+  assert.ok(e.traceback.some((l) => l.includes(":3")), e.traceback.join("\n"));
+  const sh = await sb.code.createContext({ language: "bash" });
+  await sb.code.run("N=41; cd /tmp", { context: sh });
+  assert.equal((await sb.code.run("echo $((N + 1)) $PWD", { context: sh })).logs.stdout.join(""), "42 /tmp\n");
+  const langs = new Set((await sb.code.listContexts()).map((c) => c.language));
+  assert.ok(langs.has("typescript") && langs.has("bash"), [...langs].join());
+});
+
 test("results expose every MIME type", async (t) => {
   const sb = await newSandbox(t);
   const x = await sb.code.run(

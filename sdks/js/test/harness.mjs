@@ -8,10 +8,12 @@ import { join } from "node:path";
 
 /**
  * Starts `hybox serve` (binary `bin`) with extra TOML configuration and
- * resolves with {url, apiKey, stop}. Rejects with the server's log when it
- * does not come up.
+ * resolves with {url, apiKey, stop}. With `containerd` (a socket) it has
+ * container sandboxes from that containerd's `namespace`, and runsc
+ * sandboxes too with `runsc` (the binary). Rejects with the server's log
+ * when it does not come up.
  */
-export async function startServer({ bin, guestDir, cacheDir, extraToml = "", containerd = "", vault = true }) {
+export async function startServer({ bin, guestDir, cacheDir, extraToml = "", containerd = "", namespace = "", runsc = "", vault = true }) {
   const dir = mkdtempSync(join(tmpdir(), "hybox-js-sdk-"));
   if (cacheDir) {
     mkdirSync(cacheDir, { recursive: true });
@@ -19,9 +21,11 @@ export async function startServer({ bin, guestDir, cacheDir, extraToml = "", con
   }
   const apiKey = "js-sdk-test-" + randomBytes(16).toString("hex");
   const cfg = join(dir, "hybox.toml");
-  writeFileSync(cfg, extraToml, { mode: 0o600 });
+  const oci = containerd && namespace ? `\n[oci]\nnamespace = ${JSON.stringify(namespace)}\n` : "";
+  writeFileSync(cfg, extraToml + oci, { mode: 0o600 });
   const args = ["serve", "--config", cfg, "--addr", "127.0.0.1:0", "--data-dir", dir, "--api-key", apiKey, "--guest-dir", guestDir];
   if (containerd) args.push("--containerd", containerd);
+  if (containerd && runsc) args.push("--runsc-binary", runsc);
   const child = spawn(bin, args, {
     env: { PATH: process.env.PATH, HOME: process.env.HOME, ...(vault ? { HYBOX_VAULT_KEY: randomBytes(32).toString("hex") } : {}) },
     stdio: ["ignore", "ignore", "pipe"],

@@ -151,7 +151,7 @@ class CreateVolumeRequest(BaseModel):
 class Extensions(BaseModel):
     """
     Free-form string settings, stored and echoed. hybox reads `hybox.io/runtime`, which
-    picks the runtime: `wasm` (in-process WebAssembly: python, javascript, bash built-ins;
+    picks the runtime: `wasm` (in-process WebAssembly: python, javascript, typescript, bash built-ins;
     no ports, no PTY, no host volumes), `runc` (OCI container) or `runsc` (OCI container
     under gVisor). An unknown or unavailable runtime is a 400. `poolRef` names a warm pool
     (tag `pools`) to claim from: the image may then be omitted (the pool's is used), and an
@@ -549,7 +549,10 @@ class Language(RootModel[str]):
     """
     A code language. hybox normalises aliases (`python3`, `py` → `python`; `js`, `node`,
     `nodejs` → `javascript`; `ts` → `typescript`; `sh`, `shell`, `command` → `bash`). Which
-    ones run depends on the sandbox: wasm sandboxes run `python`, `javascript` and `bash`.
+    ones run depends on the sandbox: wasm sandboxes run `python`, `javascript`, `typescript`
+    and `bash`; container sandboxes `bash`, and `python`, `javascript` and `typescript` when
+    the image has `python3` and `node`. An unavailable language is a 400 `UNKNOWN_LANGUAGE`
+    naming the available ones.
 
     """
 

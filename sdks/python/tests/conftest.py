@@ -3,7 +3,9 @@
 The server binary is $HYBOX_BIN (default: bin/hybox of the repository), the guests
 $HYBOX_GUEST_DIR (default: build/guests). The server gets a temporary data directory (the
 wazero compilation cache is shared in build/wazero-cache) and is stopped at the end, even
-after a failure.
+after a failure. With $HYBOX_SDK_CONTAINERD (a containerd socket; scripts/sdk-containers.sh
+sets it as root) it has container sandboxes from $HYBOX_SDK_NAMESPACE, and runsc ones too
+with $HYBOX_SDK_RUNSC.
 """
 
 from __future__ import annotations
@@ -28,6 +30,10 @@ import httpx
 import pytest
 
 REPO = Path(__file__).resolve().parents[3]
+CONTAINERD = os.environ.get("HYBOX_SDK_CONTAINERD", "")
+RUNSC = os.environ.get("HYBOX_SDK_RUNSC", "") if CONTAINERD else ""
+NO_CONTAINERS = "container sandboxes are off (HYBOX_SDK_CONTAINERD names no containerd socket; " \
+    "make test-sdk-python sets it as root)"
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -69,9 +75,16 @@ def server() -> Iterator[Server]:
     key = secrets.token_hex(16)
     env = {**os.environ, "HYBOX_VAULT_KEY": secrets.token_hex(32)}
     log = open(data / "server.log", "wb")
+    args = [str(binary), "serve", "--addr", f"127.0.0.1:{port}", "--data-dir", str(data),
+            "--api-key", key, "--guest-dir", str(guests)]
+    if CONTAINERD:
+        cfg = data / "hybox.toml"
+        cfg.write_text(f'[oci]\nnamespace = "{os.environ.get("HYBOX_SDK_NAMESPACE", "hybox-test-sdk")}"\n')
+        args += ["--config", str(cfg), "--containerd", CONTAINERD]
+        if RUNSC:
+            args += ["--runsc-binary", RUNSC]
     proc = subprocess.Popen(
-        [str(binary), "serve", "--addr", f"127.0.0.1:{port}", "--data-dir", str(data),
-         "--api-key", key, "--guest-dir", str(guests)],
+        args,
         stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"

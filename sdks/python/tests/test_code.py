@@ -118,6 +118,18 @@ def test_contexts(sb: hybox.Sandbox) -> None:
         sb.code.run("1", context=c)
 
 
+def test_typescript_and_bash_contexts(sb: hybox.Sandbox) -> None:
+    ts = sb.code.create_context("typescript")
+    assert sb.code.run("interface P { n: number }\nconst p: P = { n: 20 }", context=ts).error is None
+    assert sb.code.run("p.n + 22", context=ts).text == "42"
+    e = sb.code.run("type T = string\n\nthrow new RangeError('far')", context=ts).error
+    assert e is not None and e.name == "RangeError" and any(":3" in line for line in e.traceback), e
+    sh = sb.code.create_context("bash")
+    sb.code.run("N=41; cd /tmp", context=sh)
+    assert sb.code.run("echo $((N + 1)) $PWD", context=sh).stdout == "42 /tmp\n"
+    assert {c.language.root for c in sb.code.list_contexts()} >= {"typescript", "bash"}
+
+
 def test_timeout(sb: hybox.Sandbox) -> None:
     t = time.monotonic()
     x = sb.code.run("while True: pass", timeout=0.5)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Server
+from conftest import CONTAINERD, NO_CONTAINERS, Server
 
 SDK = Path(__file__).resolve().parents[1]
 
@@ -51,8 +51,7 @@ def test_example_egress_vault(server: Server) -> None:
     assert "example.com: URLError" in out
 
 
-@pytest.mark.skipif(not os.environ.get("HYBOX_TEST_CONTAINERS"),
-                    reason="needs a server with containers (HYBOX_TEST_CONTAINERS=1 and a runc runtime)")
+@pytest.mark.skipif(not CONTAINERD, reason=NO_CONTAINERS)
 def test_example_web_server(server: Server) -> None:
     out = _run([str(SDK / "examples" / "web_server.py")], server)
     assert "hello from the sandbox" in out

@@ -71,7 +71,7 @@ func TestUsageErrors(t *testing.T) {
 		{name: "renew bad time", args: []string{"sandbox", "renew", id, "--expires-at", "tomorrow"}, want: "RFC 3339"},
 		{name: "exec without command", args: []string{"exec", id}, want: "requires at least 2 arg"},
 		{name: "exec only dashes", args: []string{"exec", id, "--"}, want: "no command given"},
-		{name: "run bad language", args: []string{"run", "-l", "cobol", "1"}, want: "want one of python, javascript"},
+		{name: "run bad language", args: []string{"run", "-l", "cobol", "1"}, want: "want one of python, javascript, typescript, bash"},
 		{name: "run without code", args: []string{"run"}, want: "no code"},
 		{name: "run code twice", args: []string{"run", "-f", "x.py", "1"}, want: "not both"},
 		{name: "run missing file", args: []string{"run", "-f", "/nonexistent/x.py"}, want: "no such file"},

@@ -96,7 +96,7 @@ func (a *app) streamFailed(ctx context.Context, err error) error {
 	return err
 }
 
-var languages = []string{"python", "javascript"}
+var languages = []string{"python", "javascript", "typescript", "bash"}
 
 func (a *app) newRunCmd() *cobra.Command {
 	var (
@@ -107,7 +107,7 @@ func (a *app) newRunCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "run [--sandbox ID] [--language L] (CODE | -f FILE | -)",
 		Short: "Run code, in a sandbox or in a one-shot one",
-		Long: "Run Python or JavaScript code and stream its output; results are printed after it.\n" +
+		Long: "Run Python, JavaScript, TypeScript or Bash code and stream its output; results are\nprinted after it.\n" +
 			"Without --sandbox the code runs in a throw-away sandbox (POST /v1/run). With\n" +
 			"--sandbox it runs in the sandbox's default context of the language, or in\n" +
 			"--context. On error the traceback goes to stderr and the exit code is 1.\n" +

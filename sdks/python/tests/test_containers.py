@@ -1,0 +1,60 @@
+"""Container sandboxes through the real server (runc, and runsc when the server has it): a
+Python code context in the plotting test image localhost/hybox/python-plot:3-bookworm
+(Debian's python3-matplotlib and python3-numpy), where a figure is an image/png result and
+display() of a rich object streams its MIME bundle as in wasm. One sandbox per runtime."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+import hybox
+from conftest import CONTAINERD, NO_CONTAINERS, RUNSC, Server
+
+PLOT_IMAGE = "localhost/hybox/python-plot:3-bookworm"
+
+RICH = """
+class Card:
+    def _repr_html_(self): return '<b>card</b>'
+    def _repr_markdown_(self): return '*card*'
+    def _repr_json_(self): return {'n': len(xs)}
+    def __repr__(self): return 'Card()'
+display(Card())
+print('between')
+40 + 2
+"""
+
+
+@pytest.mark.skipif(not CONTAINERD, reason=NO_CONTAINERS)
+@pytest.mark.parametrize("runtime", [
+    "runc",
+    pytest.param("runsc", marks=pytest.mark.skipif(not RUNSC, reason="the server has no runsc (HYBOX_SDK_RUNSC)")),
+])
+def test_plot_image_code_context(server: Server, runtime: str) -> None:
+    with hybox.Sandbox.create(PLOT_IMAGE, runtime=runtime) as sb:
+        ctx = sb.code.create_context("python")
+        setup = sb.code.run("import matplotlib\nimport numpy as np\nxs = np.linspace(0, 1, 5)\n"
+                            "matplotlib.__version__", context=ctx)
+        assert setup.error is None, setup.error
+        assert setup.text is not None and setup.text.startswith("'3.")
+
+        fig = sb.code.run("import matplotlib.pyplot as plt\nplt.plot(xs, xs ** 2)\nplt.show()\n"
+                          "print('after')", context=ctx)
+        assert fig.error is None, fig.error
+        pngs = [r for r in fig.results if r.png is not None]
+        assert len(pngs) == 1, [r.formats() for r in fig.results]
+        assert pngs[0].png is not None
+        assert base64.b64decode(pngs[0].png)[:8] == b"\x89PNG\r\n\x1a\n"
+        assert pngs[0]._repr_png_() == base64.b64decode(pngs[0].png)
+        assert fig.stdout == "after\n"
+
+        seen: list[list[str]] = []
+        rich = sb.code.run(RICH, context=ctx, on_result=lambda r: seen.append(sorted(r.formats())))
+        assert rich.error is None, rich.error
+        assert seen == [["application/json", "text/html", "text/markdown", "text/plain"], ["text/plain"]]
+        card, value = rich.results
+        assert card.html == "<b>card</b>" and card.markdown == "*card*" and card.json == {"n": 5}
+        assert card._repr_html_() == "<b>card</b>"
+        assert value.text == "42"
+        assert any(c.id == ctx.id for c in sb.code.list_contexts())
