@@ -39,6 +39,10 @@ func TestCommandTree(t *testing.T) {
 		{name: "pools listed", args: []string{"pool", "ls"}, inStdout: "NAME"},
 		{name: "pool of a wasm image", args: []string{"pool", "create", "p", "--image", "wasm://default"}, code: cli.ExitError, inStderr: "keeps no warm pools"},
 		{name: "pool not found", args: []string{"pool", "rm", "none"}, code: cli.ExitError, inStderr: "error: NOT_FOUND: "},
+		{name: "volume made", args: []string{"volume", "create", "data"}, inStdout: "data"},
+		{name: "volume listed", args: []string{"volume", "ls"}, inStdout: "data"},
+		{name: "volume removed", args: []string{"volume", "rm", "data"}},
+		{name: "volume not found", args: []string{"volume", "rm", "data"}, code: cli.ExitError, inStderr: "error: NOT_FOUND: "},
 		{name: "pool needs an image", args: []string{"pool", "create", "p"}, code: cli.ExitUsage, inStderr: "image"},
 	}
 	for _, tt := range tests {

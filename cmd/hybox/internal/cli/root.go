@@ -100,7 +100,7 @@ func (a *app) newRoot() *cobra.Command {
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageError{cmd: c, err: err}
 	})
-	root.AddCommand(a.newSandboxCmd(), a.newExecCmd(), a.newRunCmd(), a.newFilesCmd(), a.newImageCmd(), a.newPoolCmd(),
+	root.AddCommand(a.newSandboxCmd(), a.newExecCmd(), a.newRunCmd(), a.newFilesCmd(), a.newImageCmd(), a.newPoolCmd(), a.newVolumeCmd(),
 		a.newEgressCmd(), a.newVaultCmd())
 	return root
 }
