@@ -228,14 +228,19 @@ func serve(cfg config, log *slog.Logger) error {
 			return err
 		}
 		if len(req.Entrypoint) > 0 {
-			e, err := startEntrypoint(req.Entrypoint, env, reaper, log)
-			if err != nil {
-				log.Error("entrypoint did not start", "argv", req.Entrypoint, "err", err)
-				return nil // as at boot: the sandbox stays usable through execd
-			}
-			lmu.Lock()
-			entry = e
-			lmu.Unlock()
+			// Started beside the answer, as at boot, where execd serves
+			// while the entrypoint starts: its fork+exec (dear under
+			// gVisor) is not on the claim's path.
+			go func() {
+				e, err := startEntrypoint(req.Entrypoint, env, reaper, log)
+				if err != nil {
+					log.Error("entrypoint did not start", "argv", req.Entrypoint, "err", err)
+					return // the sandbox stays usable through execd
+				}
+				lmu.Lock()
+				entry = e
+				lmu.Unlock()
+			}()
 		}
 		log.Info("claimed", "env", len(req.Env), "files", len(req.Files), "entrypoint", req.Entrypoint)
 		return nil

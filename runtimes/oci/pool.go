@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -82,15 +83,21 @@ func (r *Runtime) Claim(ctx context.Context, member runtimes.Sandbox, spec runti
 	defer func() {
 		r.b.opts.Logger.Debug("pool member claimed", append([]any{"id", spec.ID, "runtime", r.name}, stages...)...)
 	}()
-	if err := sb.claimCall(ctx, http.MethodPost, execd.ClaimBeginPath, nil, nil); err != nil {
+	// Reserving the member and enforcing its policy (in its namespace,
+	// not touching the container) run together; both are done before
+	// anything of the user's is handed to it.
+	reserved := make(chan error, 1)
+	go func() { reserved <- sb.claimCall(ctx, http.MethodPost, execd.ClaimBeginPath, nil, nil) }()
+	var enforced error
+	if spec.Egress != nil && r.b.net.enabled {
+		enforced = spec.Egress.Enforce(ctx, r.b.net.nsPath(spec.ID))
+	}
+	if err := errors.Join(<-reserved, enforced); err != nil {
 		return err
 	}
-	stage("reserve")
+	stage("reserve+egress")
 	var req execd.ClaimRequest
 	if spec.Egress != nil && r.b.net.enabled {
-		if err := spec.Egress.Enforce(ctx, r.b.net.nsPath(spec.ID)); err != nil {
-			return err
-		}
 		// Files mounted when the member started are rewritten in place on
 		// the host (a bind mount shows the same inode); the others are
 		// written by execd inside the sandbox.
@@ -111,7 +118,6 @@ func (r *Runtime) Claim(ctx context.Context, member runtimes.Sandbox, spec runti
 			req.Files = append(req.Files, execd.ClaimFile{Path: p, Data: files[p], Mode: 0o644})
 		}
 		req.Env = egressEnv(spec)
-		stage("egress")
 	}
 	if err := r.updateLimits(ctx, sb.spec, spec); err != nil {
 		return err

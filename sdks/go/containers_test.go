@@ -60,7 +60,6 @@ func containerServer(t testing.TB, poolOf ...any) *testServer {
 		t.Skip("container sandboxes: HYBOX_SDK_CONTAINERD (a containerd socket) is not set")
 	}
 	importImage(t, sock, testImage, os.Getenv("HYBOX_SDK_IMAGE_ARCHIVE"), "/var/cache/hybox/python-3-bookworm.oci.tar")
-	importImage(t, sock, plotImage, os.Getenv("HYBOX_SDK_PLOT_IMAGE_ARCHIVE"), "/var/cache/hybox/python-plot-3-bookworm.oci.tar")
 	execd := filepath.Join(filepath.Dir(binary(t)), "hybox-execd")
 	cfg := "[oci]\naddress = \"" + sock + "\"\nnamespace = \"" + testNamespace + "\"\nexecd_binary = \"" + execd + "\"\n"
 	runtime, size := "runc", 0
@@ -221,6 +220,7 @@ func TestContainerPool(t *testing.T) {
 // of an object with _repr_*_ methods streams its MIME bundle, as in wasm.
 func TestContainerPlotContext(t *testing.T) {
 	srv := containerServer(t)
+	importImage(t, os.Getenv("HYBOX_SDK_CONTAINERD"), plotImage, os.Getenv("HYBOX_SDK_PLOT_IMAGE_ARCHIVE"), "/var/cache/hybox/python-plot-3-bookworm.oci.tar")
 	c := newClient(t, srv)
 	ctx := ctxFor(t, 3*time.Minute)
 	sb := newSandbox(t, c, api.CreateSandboxRequest{Image: api.ImageSpec{URI: plotImage},
