@@ -144,6 +144,7 @@ func (r *Runtime) Restore(ctx context.Context, spec runtimes.Spec) (runtimes.San
 
 // Destroy removes the workspace.
 func (r *Runtime) Destroy(ctx context.Context, spec runtimes.Spec) error {
+	unlockSystemFiles(fsDir(spec))
 	if err := os.RemoveAll(fsDir(spec)); err != nil {
 		return fmt.Errorf("remove workspace: %w", err)
 	}
@@ -154,6 +155,10 @@ func (r *Runtime) open(spec runtimes.Spec) (*Sandbox, error) {
 	root, err := os.OpenRoot(fsDir(spec))
 	if err != nil {
 		return nil, fmt.Errorf("open workspace: %w", err)
+	}
+	if err := writeSystemFiles(root, hostnameOf(spec.ID, spec.Env)); err != nil {
+		root.Close()
+		return nil, fmt.Errorf("workspace: %w", err)
 	}
 	mem := spec.MemoryBytes
 	if mem <= 0 {

@@ -66,13 +66,17 @@ func (sh *shell) utility(name string) utility {
 	case "which":
 		return whichUtil
 	case "whoami":
-		return constUtil("user")
+		return whoamiUtil
 	case "hostname":
-		return constUtil("hybox")
+		return hostnameUtil
+	case "groups":
+		return groupsUtil
+	case "getent":
+		return getentUtil
 	case "nproc":
 		return constUtil("1")
 	case "id":
-		return constUtil("uid=1000(user) gid=1000(user) groups=1000(user)")
+		return idUtil
 	case "uname":
 		return unameUtil
 	case "xargs":
