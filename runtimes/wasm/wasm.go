@@ -182,6 +182,7 @@ func (r *Runtime) open(spec runtimes.Spec) (*Sandbox, error) {
 		},
 		Env:              env,
 		MemoryLimitBytes: mem,
+		HTTP:             eg,
 		UnknownHint:      "(this is a wasm sandbox: only python, python3, node and built-in utilities run here; to run other programs, create the sandbox from a container image with `hybox sandbox create --image IMAGE --runtime runc` (in the API: extensions {\"hybox.io/runtime\":\"runc\"}))",
 	}
 	return s, nil

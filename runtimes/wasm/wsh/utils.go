@@ -77,6 +77,10 @@ func (sh *shell) utility(name string) utility {
 		return constUtil("1")
 	case "id":
 		return idUtil
+	case "curl":
+		return curlUtil
+	case "wget":
+		return wgetUtil
 	case "uname":
 		return unameUtil
 	case "xargs":

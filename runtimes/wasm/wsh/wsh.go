@@ -70,6 +70,9 @@ type Options struct {
 	MemoryLimitBytes int64
 	// UnknownHint is appended to "command not found" messages.
 	UnknownHint string
+	// HTTP is the sandbox's egress, which curl and wget send their
+	// requests through (nil: no network).
+	HTTP engine.Egress
 }
 
 // Validate reports whether the options can be used.

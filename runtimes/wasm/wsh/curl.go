@@ -1,0 +1,765 @@
+package wsh
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"os"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hybox-dev/hybox/policy"
+	"github.com/hybox-dev/hybox/runtimes/wasm/engine"
+)
+
+// curl's exit codes (those that map to what can happen here).
+const (
+	curlUnsupportedProtocol = 1
+	curlFailedInit          = 2
+	curlURLMalformed        = 3
+	curlCouldntResolve      = 6
+	curlCouldntConnect      = 7
+	curlHTTPError           = 22
+	curlWriteError          = 23
+	curlReadError           = 26
+	curlTimeout             = 28
+	curlTooManyRedirects    = 47
+	curlGotNothing          = 52
+	curlRecvError           = 56
+	curlSSLConnect          = 35
+	curlPeerCert            = 60
+)
+
+// curlUserAgent is the default User-Agent; servers that look for "curl/"
+// treat the shell's curl as curl.
+const curlUserAgent = "curl/8 (hybox wasm shell)"
+
+// refusedOptions are curl options that would send a request somewhere its
+// URL does not say; the sandbox's egress decides by the name in the URL.
+var refusedOptions = map[string]string{
+	"--resolve":     "a request goes to the addresses the host resolves its name to, under the sandbox's egress policy",
+	"--connect-to":  "a request goes to the host its URL names, under the sandbox's egress policy",
+	"--proxy":       "requests leave through the sandbox's egress, not through a proxy",
+	"-x":            "requests leave through the sandbox's egress, not through a proxy",
+	"--unix-socket": "a wasm sandbox has no sockets",
+}
+
+// curlArgs are the parsed options of one curl command.
+type curlArgs struct {
+	silent, showError, fail, failWithBody, follow, head, include bool
+	verbose, get, remoteNameAll                                  bool
+	method, writeOut, user                                       string
+	headers                                                      []string
+	data                                                         []string // each -d/--data-* value, already read
+	hasData                                                      bool
+	urls                                                         []string
+	outputs                                                      []string // per URL in order; "\x00" = remote name (-O)
+	maxRedirs                                                    int
+	maxTime                                                      time.Duration
+}
+
+// curlUtil is curl over the sandbox's egress (Options.HTTP): the same door
+// as Python's and JavaScript's requests, so the policy decides and the
+// vault injects. Exit codes and messages are curl's.
+func curlUtil(ctx context.Context, p *proc) int {
+	a, code := p.parseCurl(p.args[1:])
+	if code >= 0 {
+		return code
+	}
+	c := &curlRun{p: p, a: a}
+	last := 0
+	for i, raw := range a.urls {
+		out := ""
+		if i < len(a.outputs) {
+			out = a.outputs[i]
+		} else if a.remoteNameAll {
+			out = "\x00"
+		}
+		if code := c.fetch(ctx, raw, out); code != 0 {
+			last = code
+		}
+	}
+	return last
+}
+
+// parseCurl parses curl's command line; code >= 0 ends the command.
+func (p *proc) parseCurl(args []string) (a curlArgs, code int) {
+	a.maxRedirs = 50
+	usage := func(format string, v ...any) (curlArgs, int) {
+		fmt.Fprintf(p.stderr, "curl: "+format+"\n", v...)
+		fmt.Fprintln(p.stderr, "curl: try 'curl --help' or 'curl --manual' for more information")
+		return a, curlFailedInit
+	}
+	for i := 0; i < len(args); i++ {
+		arg := args[i]
+		var opts []string // the options in arg, each with its value (if it takes one)
+		var val string
+		takes := func(o string) bool {
+			switch o {
+			case "-o", "-H", "-d", "-X", "-w", "-u", "-A", "-e", "-b", "-m", "-x", "-F",
+				"--output", "--header", "--data", "--data-raw", "--data-binary", "--data-ascii", "--data-urlencode",
+				"--json", "--request", "--write-out", "--user", "--user-agent", "--referer", "--cookie",
+				"--max-time", "--connect-timeout", "--max-redirs", "--retry", "--retry-delay", "--retry-max-time",
+				"--url", "--resolve", "--connect-to", "--proxy", "--unix-socket", "--form", "--cacert", "--capath":
+				return true
+			}
+			return false
+		}
+		switch {
+		case arg == "--":
+			a.urls = append(a.urls, args[i+1:]...)
+			i = len(args)
+			continue
+		case strings.HasPrefix(arg, "--"):
+			name, v, hasV := strings.Cut(arg, "=")
+			if hasV && !takes(name) {
+				return usage("option %s: is unknown", arg)
+			}
+			if takes(name) && !hasV {
+				if i+1 >= len(args) {
+					return usage("option %s: requires parameter", name)
+				}
+				i++
+				v = args[i]
+			}
+			opts, val = []string{name}, v
+		case len(arg) > 1 && arg[0] == '-':
+			for j := 1; j < len(arg); j++ {
+				o := "-" + string(arg[j])
+				if takes(o) {
+					if j+1 < len(arg) {
+						val = arg[j+1:]
+					} else if i+1 < len(args) {
+						i++
+						val = args[i]
+					} else {
+						return usage("option %s: requires parameter", o)
+					}
+					opts = append(opts, o)
+					break
+				}
+				opts = append(opts, o)
+			}
+		default:
+			a.urls = append(a.urls, arg)
+			continue
+		}
+		for _, o := range opts {
+			if why, ok := refusedOptions[o]; ok {
+				fmt.Fprintf(p.stderr, "curl: option %s is not supported in a wasm sandbox: %s\n", o, why)
+				return a, curlFailedInit
+			}
+			switch o {
+			case "-s", "--silent":
+				a.silent = true
+			case "-S", "--show-error":
+				a.showError = true
+			case "-f", "--fail":
+				a.fail = true
+			case "--fail-with-body":
+				a.fail, a.failWithBody = true, true
+			case "-L", "--location":
+				a.follow = true
+			case "-I", "--head":
+				a.head = true
+			case "-i", "--include":
+				a.include = true
+			case "-v", "--verbose":
+				a.verbose = true
+			case "-G", "--get":
+				a.get = true
+			case "-O", "--remote-name":
+				a.outputs = append(a.outputs, "\x00")
+			case "--remote-name-all":
+				a.remoteNameAll = true
+			case "-o", "--output":
+				a.outputs = append(a.outputs, val)
+			case "-H", "--header":
+				a.headers = append(a.headers, val)
+			case "-A", "--user-agent":
+				a.headers = append(a.headers, "User-Agent: "+val)
+			case "-e", "--referer":
+				a.headers = append(a.headers, "Referer: "+val)
+			case "-b", "--cookie":
+				if !strings.Contains(val, "=") {
+					return usage("option %s: cookie files are not supported; give name=value", o)
+				}
+				a.headers = append(a.headers, "Cookie: "+val)
+			case "-X", "--request":
+				a.method = val
+			case "-w", "--write-out":
+				a.writeOut = val
+			case "-u", "--user":
+				a.user = val
+			case "--url":
+				a.urls = append(a.urls, val)
+			case "-d", "--data", "--data-ascii", "--data-binary", "--data-raw", "--data-urlencode", "--json":
+				d, ok := p.curlData(o, val)
+				if !ok {
+					return a, curlReadError
+				}
+				a.data = append(a.data, d)
+				a.hasData = true
+				if o == "--json" {
+					a.headers = append([]string{"Content-Type: application/json", "Accept: application/json"}, a.headers...)
+				}
+			case "-m", "--max-time":
+				secs, err := strconv.ParseFloat(val, 64)
+				if err != nil || secs < 0 {
+					return usage("option %s: expected a proper numerical parameter", o)
+				}
+				a.maxTime = time.Duration(secs * float64(time.Second))
+			case "--max-redirs":
+				n, err := strconv.Atoi(val)
+				if err != nil {
+					return usage("option %s: expected a proper numerical parameter", o)
+				}
+				a.maxRedirs = n
+			case "-F", "--form":
+				return usage("option %s: multipart forms are not supported by this curl; send the body with --data-binary @file and a Content-Type header", o)
+			case "-k", "--insecure", "--compressed", "--connect-timeout", "--retry", "--retry-delay", "--retry-max-time",
+				"--no-progress-meter", "-#", "--progress-bar", "-4", "-6", "--ipv4", "--ipv6", "-N", "--no-buffer",
+				"--http1.1", "--http2", "--tlsv1.2", "--tlsv1.3", "--cacert", "--capath", "-g", "--globoff":
+				// Accepted with no effect: the host's client decides
+				// these (TLS is always verified, with the sandbox's trust).
+			default:
+				if strings.HasPrefix(o, "--") {
+					return usage("option %s: is unknown", o)
+				}
+				return usage("option %s: is unknown", o)
+			}
+		}
+	}
+	if len(a.urls) == 0 {
+		return usage("no URL specified")
+	}
+	return a, -1
+}
+
+// curlData reads one data option's value: @file (or @- for stdin) unless
+// the option is --data-raw; -d and --data-ascii drop CR and LF from a file,
+// --data-urlencode encodes.
+func (p *proc) curlData(opt, val string) (string, bool) {
+	if opt == "--data-urlencode" {
+		name, content, hasEq := strings.Cut(val, "=")
+		if !hasEq {
+			return url.QueryEscape(val), true
+		}
+		if name == "" {
+			return url.QueryEscape(content), true
+		}
+		return name + "=" + url.QueryEscape(content), true
+	}
+	if opt == "--data-raw" || !strings.HasPrefix(val, "@") {
+		return val, true
+	}
+	file := val[1:]
+	rc, err := p.open(file)
+	if err != nil {
+		fmt.Fprintf(p.stderr, "Warning: Couldn't read data from file \"%s\", this makes an empty POST.\n", file)
+		return "", true
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(io.LimitReader(rc, engine.MaxHTTPBody+1))
+	if err != nil || len(b) > engine.MaxHTTPBody {
+		fmt.Fprintf(p.stderr, "curl: (26) Failed to read data from %s\n", file)
+		return "", false
+	}
+	if opt == "-d" || opt == "--data" || opt == "--data-ascii" {
+		b = bytes.ReplaceAll(bytes.ReplaceAll(b, []byte("\r"), nil), []byte("\n"), nil)
+	}
+	return string(b), true
+}
+
+// curlRun is one curl command being run.
+type curlRun struct {
+	p *proc
+	a curlArgs
+}
+
+// curlErr is a failure with curl's exit code and message.
+type curlErr struct {
+	code int
+	msg  string
+}
+
+// fail reports e (unless silenced) and returns its code.
+func (c *curlRun) failWith(e curlErr) int {
+	if !c.a.silent || c.a.showError {
+		fmt.Fprintf(c.p.stderr, "curl: (%d) %s\n", e.code, e.msg)
+	}
+	return e.code
+}
+
+// fetch runs one URL; out is the output file ("" = stdout, "\x00" = the
+// remote name).
+func (c *curlRun) fetch(ctx context.Context, raw, out string) int {
+	u, e := curlURL(raw)
+	if e != nil {
+		return c.failWith(*e)
+	}
+	a := c.a
+	method := "GET"
+	var body []byte
+	if a.hasData {
+		joined := strings.Join(a.data, "&")
+		if a.get {
+			if u.RawQuery != "" {
+				u.RawQuery += "&" + joined
+			} else {
+				u.RawQuery = joined
+			}
+		} else {
+			method, body = "POST", []byte(joined)
+		}
+	}
+	if a.head {
+		method = "HEAD"
+	}
+	explicit := a.method != ""
+	if explicit {
+		method = a.method
+	}
+	headers, e := c.headerList(body != nil)
+	if e != nil {
+		return c.failWith(*e)
+	}
+	if a.maxTime > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, a.maxTime)
+		defer cancel()
+	}
+	start := time.Now()
+	var w io.Writer = c.p.stdout
+	var file *os.File
+	openOut := func() *curlErr {
+		if out == "" || file != nil {
+			return nil
+		}
+		name := out
+		if out == "\x00" {
+			name = path.Base(u.Path)
+			if u.Path == "" || strings.HasSuffix(u.Path, "/") || name == "/" || name == "." {
+				return &curlErr{curlWriteError, "Remote file name has no length"}
+			}
+		}
+		if dw, ok := c.p.devWriter(name); ok {
+			w = dw
+			return nil
+		}
+		f, err := c.p.sh.openFile(c.p.dir, name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+		if err != nil {
+			return &curlErr{curlWriteError, fmt.Sprintf("Failed to open the file %s: %s", name, errText(err))}
+		}
+		file, w = f, f
+		return nil
+	}
+	defer func() {
+		if file != nil {
+			file.Close()
+		}
+	}()
+	redirects := 0
+	var written int64
+	var resp *http.Response
+	for {
+		var err error
+		resp, err = c.send(ctx, method, u, headers, body)
+		if err != nil {
+			return c.failWith(curlFailure(ctx, err, u, a.maxTime, start))
+		}
+		loc := resp.Header.Get("Location")
+		if a.follow && loc != "" && isRedirectStatus(resp.StatusCode) {
+			if c.a.include {
+				if e := openOut(); e != nil {
+					resp.Body.Close()
+					return c.failWith(*e)
+				}
+				c.writeHead(w, resp)
+			}
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+			resp.Body.Close()
+			if redirects >= a.maxRedirs {
+				return c.failWith(curlErr{curlTooManyRedirects, fmt.Sprintf("Maximum (%d) redirects followed", a.maxRedirs)})
+			}
+			next, err := u.Parse(loc)
+			if err != nil || (next.Scheme != "http" && next.Scheme != "https") {
+				return c.failWith(curlErr{curlUnsupportedProtocol, fmt.Sprintf("Protocol \"%s\" not supported", next.Scheme)})
+			}
+			redirects++
+			if !explicit && (resp.StatusCode == http.StatusSeeOther && method != "HEAD" ||
+				(resp.StatusCode == http.StatusMovedPermanently || resp.StatusCode == http.StatusFound) && method == "POST") {
+				method, body = "GET", nil
+				headers = slices.DeleteFunc(headers, func(h [2]string) bool {
+					return strings.EqualFold(h[0], "Content-Type") || strings.EqualFold(h[0], "Content-Length")
+				})
+			}
+			if next.Host != u.Host || next.Scheme != u.Scheme {
+				// As curl without --location-trusted: credentials stay
+				// with the host they were given for.
+				headers = slices.DeleteFunc(headers, func(h [2]string) bool {
+					return strings.EqualFold(h[0], "Authorization") || strings.EqualFold(h[0], "Cookie")
+				})
+			}
+			u = next
+			continue
+		}
+		break
+	}
+	defer resp.Body.Close()
+	failed := a.fail && resp.StatusCode >= 400
+	if !failed || a.failWithBody {
+		if e := openOut(); e != nil {
+			return c.failWith(*e)
+		}
+		if a.include || a.head {
+			c.writeHead(w, resp)
+		}
+		if method != "HEAD" {
+			n, err := io.Copy(outWriter{w}, resp.Body)
+			written = n
+			if err != nil {
+				if isWriteErr(err) {
+					return c.failWith(curlErr{curlWriteError, "Failure writing output to destination"})
+				}
+				return c.failWith(curlFailure(ctx, err, u, a.maxTime, start))
+			}
+		}
+	}
+	code := 0
+	if failed {
+		code = c.failWith(curlErr{curlHTTPError, fmt.Sprintf("The requested URL returned error: %d", resp.StatusCode)})
+	}
+	if a.writeOut != "" {
+		c.writeOutFormat(resp, u, method, redirects, written, time.Since(start), code)
+	}
+	return code
+}
+
+// devWriter is the writer of an output file that is a device: /dev/null,
+// /dev/stdout, /dev/stderr.
+func (p *proc) devWriter(name string) (io.Writer, bool) {
+	switch guestAbs(p.dir, name) {
+	case "/dev/null":
+		return io.Discard, true
+	case "/dev/stdout":
+		return p.stdout, true
+	case "/dev/stderr":
+		return p.stderr, true
+	}
+	return nil, false
+}
+
+// curlURL parses a URL as curl does: no scheme means http.
+func curlURL(raw string) (*url.URL, *curlErr) {
+	if !strings.Contains(raw, "://") {
+		raw = "http://" + raw
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" || u.Hostname() == "" {
+		return nil, &curlErr{curlURLMalformed, "URL rejected: Malformed input to a URL function"}
+	}
+	switch strings.ToLower(u.Scheme) {
+	case "http", "https":
+		u.Scheme = strings.ToLower(u.Scheme)
+	default:
+		return nil, &curlErr{curlUnsupportedProtocol, fmt.Sprintf("Protocol \"%s\" not supported", u.Scheme)}
+	}
+	return u, nil
+}
+
+// headerList builds the request headers: curl's defaults, then -u, then -H
+// ("Name:" removes a header, "Name;" sends it empty).
+func (c *curlRun) headerList(hasBody bool) ([][2]string, *curlErr) {
+	set := [][2]string{{"User-Agent", curlUserAgent}, {"Accept", "*/*"}}
+	if hasBody {
+		set = append(set, [2]string{"Content-Type", "application/x-www-form-urlencoded"})
+	}
+	if c.a.user != "" {
+		user, pass, _ := strings.Cut(c.a.user, ":")
+		set = append(set, [2]string{"Authorization", "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pass))})
+	}
+	for _, h := range c.a.headers {
+		if name, ok := strings.CutSuffix(h, ";"); ok && !strings.Contains(name, ":") {
+			set = setHeader(set, strings.TrimSpace(name), "", true) // "Name;" sends it empty
+			continue
+		}
+		name, v, ok := strings.Cut(h, ":")
+		if !ok || strings.TrimSpace(name) == "" {
+			continue // curl ignores a header without a colon
+		}
+		v = strings.TrimSpace(v)
+		set = setHeader(set, strings.TrimSpace(name), v, v != "") // "Name:" removes it
+	}
+	return set, nil
+}
+
+// setHeader applies one -H: a header curl sets itself (User-Agent, Accept,
+// Content-Type, Authorization, Host) is replaced, another is added; with
+// keep false the header is removed.
+func setHeader(set [][2]string, name, v string, keep bool) [][2]string {
+	own := map[string]bool{"user-agent": true, "accept": true, "content-type": true, "authorization": true, "host": true}
+	if own[strings.ToLower(name)] || !keep {
+		set = slices.DeleteFunc(set, func(h [2]string) bool { return strings.EqualFold(h[0], name) })
+	}
+	if keep {
+		set = append(set, [2]string{name, v})
+	}
+	return set
+}
+
+// send makes one request through the sandbox's egress.
+func (c *curlRun) send(ctx context.Context, method string, u *url.URL, headers [][2]string, body []byte) (*http.Response, error) {
+	eg := c.p.sh.opts.HTTP
+	if eg == nil {
+		return nil, engine.ErrNoNetwork
+	}
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
+	if err != nil {
+		return nil, err
+	}
+	for _, h := range headers {
+		if strings.EqualFold(h[0], "Host") {
+			req.Host = h[1]
+			continue
+		}
+		req.Header.Add(h[0], h[1])
+	}
+	if c.a.verbose {
+		c.writeRequest(req)
+	}
+	resp, err := eg.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if c.a.verbose {
+		var b bytes.Buffer
+		c.writeHead(&b, resp)
+		for _, l := range strings.SplitAfter(strings.TrimSuffix(b.String(), "\r\n"), "\r\n") {
+			fmt.Fprintf(c.p.stderr, "< %s", strings.ReplaceAll(l, "\r\n", "\n"))
+		}
+		fmt.Fprintln(c.p.stderr, "<")
+	}
+	return resp, nil
+}
+
+// writeRequest prints the request as curl -v does.
+func (c *curlRun) writeRequest(req *http.Request) {
+	e := c.p.stderr
+	port := req.URL.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[req.URL.Scheme]
+	}
+	fmt.Fprintf(e, "* Request to %s port %s through the sandbox's egress\n", req.URL.Hostname(), port)
+	uri := req.URL.RequestURI()
+	fmt.Fprintf(e, "> %s %s HTTP/1.1\n", req.Method, uri)
+	host := req.Host
+	if host == "" {
+		host = req.URL.Host
+	}
+	fmt.Fprintf(e, "> Host: %s\n", host)
+	for _, k := range slices.Sorted(func(yield func(string) bool) {
+		for k := range req.Header {
+			if !yield(k) {
+				return
+			}
+		}
+	}) {
+		for _, v := range req.Header[k] {
+			if strings.EqualFold(k, "Authorization") {
+				v = strings.SplitN(v, " ", 2)[0] + " REDACTED"
+			}
+			fmt.Fprintf(e, "> %s: %s\n", k, v)
+		}
+	}
+	fmt.Fprintln(e, ">")
+}
+
+// writeHead writes the status line and headers of resp as curl -i does.
+func (c *curlRun) writeHead(w io.Writer, resp *http.Response) {
+	proto := resp.Proto
+	if proto == "" || proto == "HTTP/2.0" {
+		proto = strings.TrimSuffix(proto, ".0")
+	}
+	if proto == "" {
+		proto = "HTTP/1.1"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s\r\n", proto, resp.Status)
+	for _, k := range slices.Sorted(func(yield func(string) bool) {
+		for k := range resp.Header {
+			if !yield(k) {
+				return
+			}
+		}
+	}) {
+		for _, v := range resp.Header[k] {
+			fmt.Fprintf(&b, "%s: %s\r\n", k, v)
+		}
+	}
+	b.WriteString("\r\n")
+	_, _ = io.WriteString(w, b.String())
+}
+
+// writeOutFormat prints -w's format with its variables replaced.
+func (c *curlRun) writeOutFormat(resp *http.Response, u *url.URL, method string, redirects int, size int64, took time.Duration, code int) {
+	vars := map[string]string{
+		"http_code":     fmt.Sprintf("%03d", resp.StatusCode),
+		"response_code": fmt.Sprintf("%03d", resp.StatusCode),
+		"url_effective": u.String(),
+		"url":           u.String(),
+		"content_type":  resp.Header.Get("Content-Type"),
+		"size_download": strconv.FormatInt(size, 10),
+		"num_redirects": strconv.Itoa(redirects),
+		"redirect_url":  "",
+		"time_total":    fmt.Sprintf("%.6f", took.Seconds()),
+		"method":        method,
+		"scheme":        strings.ToUpper(u.Scheme),
+		"exitcode":      strconv.Itoa(code),
+		"errormsg":      "",
+	}
+	if loc := resp.Header.Get("Location"); loc != "" && isRedirectStatus(resp.StatusCode) {
+		if next, err := u.Parse(loc); err == nil {
+			vars["redirect_url"] = next.String()
+		}
+	}
+	f := c.a.writeOut
+	var b strings.Builder
+	for i := 0; i < len(f); i++ {
+		switch {
+		case strings.HasPrefix(f[i:], "%{"):
+			end := strings.IndexByte(f[i:], '}')
+			if end < 0 {
+				b.WriteString(f[i:])
+				i = len(f)
+				continue
+			}
+			name := f[i+2 : i+end]
+			if h, ok := strings.CutPrefix(name, "header{"); ok {
+				b.WriteString(resp.Header.Get(strings.TrimSuffix(h, "}")))
+				if !strings.HasSuffix(h, "}") && i+end+1 < len(f) && f[i+end+1] == '}' {
+					i++
+				}
+			} else if v, ok := vars[name]; ok {
+				b.WriteString(v)
+			}
+			i += end
+		case strings.HasPrefix(f[i:], "%%"):
+			b.WriteByte('%')
+			i++
+		case f[i] == '\\' && i+1 < len(f):
+			switch f[i+1] {
+			case 'n':
+				b.WriteByte('\n')
+			case 'r':
+				b.WriteByte('\r')
+			case 't':
+				b.WriteByte('\t')
+			case '\\':
+				b.WriteByte('\\')
+			default:
+				b.WriteByte(f[i])
+				b.WriteByte(f[i+1])
+			}
+			i++
+		default:
+			b.WriteByte(f[i])
+		}
+	}
+	_, _ = io.WriteString(c.p.stdout, b.String())
+}
+
+func isRedirectStatus(code int) bool {
+	switch code {
+	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther,
+		http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+		return true
+	}
+	return false
+}
+
+// curlFailure maps a request error to curl's exit code and message.
+func curlFailure(ctx context.Context, err error, u *url.URL, maxTime time.Duration, start time.Time) curlErr {
+	host := u.Hostname()
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	}
+	_, addrErr := netip.ParseAddr(host)
+	var dnsErr *net.DNSError
+	var certErr *tls.CertificateVerificationError
+	var unknownAuth x509.UnknownAuthorityError
+	var hostErr x509.HostnameError
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) || ctx.Err() == context.DeadlineExceeded:
+		ms := maxTime.Milliseconds()
+		if ms == 0 {
+			ms = time.Since(start).Milliseconds()
+		}
+		return curlErr{curlTimeout, fmt.Sprintf("Operation timed out after %d milliseconds", ms)}
+	case errors.Is(err, engine.ErrNoNetwork):
+		return curlErr{curlCouldntResolve, fmt.Sprintf("Could not resolve host: %s (%v)", host, err)}
+	case errors.Is(err, policy.ErrDenied):
+		// A container's resolver answers NXDOMAIN for a denied name and
+		// its firewall rejects a denied address: the same exit codes.
+		if addrErr == nil {
+			return curlErr{curlCouldntConnect, fmt.Sprintf("Failed to connect to %s port %s: %s", host, port, deniedText(err))}
+		}
+		return curlErr{curlCouldntResolve, fmt.Sprintf("Could not resolve host: %s (%s)", host, deniedText(err))}
+	case errors.As(err, &dnsErr):
+		return curlErr{curlCouldntResolve, "Could not resolve host: " + host}
+	case errors.As(err, &certErr), errors.As(err, &unknownAuth), errors.As(err, &hostErr):
+		return curlErr{curlPeerCert, "SSL certificate problem: " + rootCause(err)}
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return curlErr{curlCouldntConnect, fmt.Sprintf("Failed to connect to %s port %s: Connection refused", host, port)}
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		return curlErr{curlGotNothing, "Empty reply from server"}
+	}
+	var opErr *net.OpError
+	if errors.As(err, &opErr) && opErr.Op == "dial" {
+		return curlErr{curlCouldntConnect, fmt.Sprintf("Failed to connect to %s port %s: %s", host, port, rootCause(err))}
+	}
+	if strings.Contains(err.Error(), "tls:") {
+		return curlErr{curlSSLConnect, "SSL connect error: " + rootCause(err)}
+	}
+	if strings.Contains(err.Error(), "resolve ") {
+		return curlErr{curlCouldntResolve, "Could not resolve host: " + host}
+	}
+	return curlErr{curlRecvError, "Failure when receiving data from the peer: " + rootCause(err)}
+}
+
+// deniedText is the policy's own words for a denial.
+func deniedText(err error) string {
+	var de *policy.DeniedError
+	if errors.As(err, &de) {
+		return de.Error()
+	}
+	return rootCause(err)
+}
+
+// rootCause is the innermost message of err (without url.Error's "Get
+// URL:" prefix).
+func rootCause(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	return err.Error()
+}
