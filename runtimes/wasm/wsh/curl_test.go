@@ -36,6 +36,7 @@ const curlSecret = "vault-token-123"
 //	/redirect    302 to /text
 //	/see-other   303 to /echo
 //	/loop        302 to /loop
+//	/hang        answers when the request is cancelled
 func upstream(t *testing.T) *httptest.Server {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/text", func(w http.ResponseWriter, r *http.Request) {
@@ -60,6 +61,7 @@ func upstream(t *testing.T) *httptest.Server {
 	mux.HandleFunc("/redirect", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/text", http.StatusFound) })
 	mux.HandleFunc("/see-other", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/echo", http.StatusSeeOther) })
 	mux.HandleFunc("/loop", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/loop", http.StatusFound) })
+	mux.HandleFunc("/hang", func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
 	s := httptest.NewServer(mux)
 	t.Cleanup(s.Close)
 	return s
@@ -154,6 +156,7 @@ func TestCurl(t *testing.T) {
 		{name: "denied name", src: "curl -sS http://denied.test/", code: 6, errHas: "curl: (6) Could not resolve host: denied.test (egress to denied.test denied by rule 2 (deny denied.test))\n"},
 		{name: "denied address", src: "curl -sS http://127.0.0.2:" + upPort + "/", code: 7, errHas: "curl: (7) Failed to connect to 127.0.0.2 port " + upPort + ": "},
 		{name: "refused", src: "curl -sS " + closedURL, code: 7, errHas: "Connection refused"},
+		{name: "max time", src: "curl -sS -m 0.2 " + U + "/hang", code: 28, errHas: "curl: (28) Operation timed out after 200 milliseconds"},
 		{name: "silent error", src: "curl -s http://nx.test/", code: 6},
 		{name: "wget -qO-", src: "wget -qO- " + U + "/text", out: "hello"},
 		{name: "wget -q -O file", src: "wget -q -O got " + U + "/text && cat got", out: "hello"},
