@@ -123,6 +123,8 @@ type Server struct {
 	egress map[string]*egress.Controller
 	// locks serialises lifecycle operations per sandbox.
 	locks sync.Map // id → *sync.Mutex
+	// renew dedupes renewals on access in flight (renew.go).
+	renew renewer
 
 	stopReaper context.CancelFunc
 	reaperDone chan struct{}

@@ -584,7 +584,8 @@ type CreateSandboxRequest struct {
 	// Extensions Free-form string settings, stored and echoed. hybox reads `hybox.io/runtime`, which
 	// picks the runtime: `wasm` (in-process WebAssembly: python, javascript, bash built-ins;
 	// no ports, no PTY, no host volumes), `runc` (OCI container) or `runsc` (OCI container
-	// under gVisor). An unknown or unavailable runtime is a 400.
+	// under gVisor). An unknown or unavailable runtime is a 400. It reads
+	// `access.renew.extend.seconds` too (OpenSandbox's renew on access).
 	Extensions Extensions `json:"extensions,omitempty,omitzero"`
 	Image      ImageSpec  `json:"image"`
 
@@ -776,7 +777,8 @@ type ExecError struct {
 // Extensions Free-form string settings, stored and echoed. hybox reads `hybox.io/runtime`, which
 // picks the runtime: `wasm` (in-process WebAssembly: python, javascript, bash built-ins;
 // no ports, no PTY, no host volumes), `runc` (OCI container) or `runsc` (OCI container
-// under gVisor). An unknown or unavailable runtime is a 400.
+// under gVisor). An unknown or unavailable runtime is a 400. It reads
+// `access.renew.extend.seconds` too (OpenSandbox's renew on access).
 type Extensions = map[string]string
 
 // FileInfo defines model for FileInfo.
@@ -1104,7 +1106,8 @@ type Sandbox struct {
 	// Extensions Free-form string settings, stored and echoed. hybox reads `hybox.io/runtime`, which
 	// picks the runtime: `wasm` (in-process WebAssembly: python, javascript, bash built-ins;
 	// no ports, no PTY, no host volumes), `runc` (OCI container) or `runsc` (OCI container
-	// under gVisor). An unknown or unavailable runtime is a 400.
+	// under gVisor). An unknown or unavailable runtime is a 400. It reads
+	// `access.renew.extend.seconds` too (OpenSandbox's renew on access).
 	Extensions Extensions `json:"extensions,omitempty,omitzero"`
 	ID         string     `json:"id"`
 	Image      ImageSpec  `json:"image"`

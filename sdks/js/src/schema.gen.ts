@@ -1128,11 +1128,26 @@ export interface components {
          * @description Free-form string settings, stored and echoed. hybox reads `hybox.io/runtime`, which
          *     picks the runtime: `wasm` (in-process WebAssembly: python, javascript, bash built-ins;
          *     no ports, no PTY, no host volumes), `runc` (OCI container) or `runsc` (OCI container
-         *     under gVisor). An unknown or unavailable runtime is a 400.
+         *     under gVisor). An unknown or unavailable runtime is a 400. It reads
+         *     `access.renew.extend.seconds` too (OpenSandbox's renew on access).
          */
         Extensions: {
             /** @enum {string} */
             "hybox.io/runtime"?: "wasm" | "runc" | "runsc";
+            /**
+             * @description Renew on access, as OpenSandbox defines it: seconds from 300 to 86400, as a base-10
+             *     integer string (no sign, spaces or leading zeros; anything else is a 400
+             *     `INVALID_REQUEST`; empty means not given). Traffic that reaches a Running sandbox
+             *     with an expiry through the proxy route or the ingress router (its execd API, its
+             *     egress API, its ports) moves `expiresAt` to now plus this many seconds, never
+             *     earlier than it is. To bound the writes, a renewal happens only when it moves
+             *     `expiresAt` by more than a minute, so while traffic lasts `expiresAt` stays within
+             *     a minute of now plus this value. Lifecycle requests do not renew; a sandbox without
+             *     expiry has nothing to renew; a paused one is not renewed.
+             * @example 300
+             * @example 1800
+             */
+            "access.renew.extend.seconds"?: string;
         } & {
             [key: string]: string;
         };
