@@ -184,8 +184,11 @@ func TestPlainHTTP(t *testing.T) {
 func TestPlainHTTPUntrustedDestination(t *testing.T) {
 	for _, trusted := range []bool{false, true} {
 		e := newEnv(t, dstHTTP, func(_ *env, cfg *tproxy.Config) {
-			cfg.TrustPlainHTTP = func(host string, dst netip.AddrPort) bool {
-				return trusted && host == boundHost && dst == dstHTTP
+			cfg.TrustPlainHTTP = func(host string, dst netip.AddrPort) error {
+				if trusted && host == boundHost && dst == dstHTTP {
+					return nil
+				}
+				return errors.New("not trusted")
 			}
 		})
 		rec := &recorder{}
