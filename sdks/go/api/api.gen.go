@@ -8,6 +8,42 @@ import (
 	"time"
 )
 
+// Defines values for DiagnosticContentResponseDelivery.
+const (
+	DiagnosticContentResponseDeliveryInline DiagnosticContentResponseDelivery = "inline"
+	DiagnosticContentResponseDeliveryURL    DiagnosticContentResponseDelivery = "url"
+)
+
+// Valid indicates whether the value is a known member of the DiagnosticContentResponseDelivery enum.
+func (e DiagnosticContentResponseDelivery) Valid() bool {
+	switch e {
+	case DiagnosticContentResponseDeliveryInline:
+		return true
+	case DiagnosticContentResponseDeliveryURL:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for DiagnosticContentResponseKind.
+const (
+	DiagnosticContentResponseKindEvents DiagnosticContentResponseKind = "events"
+	DiagnosticContentResponseKindLogs   DiagnosticContentResponseKind = "logs"
+)
+
+// Valid indicates whether the value is a known member of the DiagnosticContentResponseKind enum.
+func (e DiagnosticContentResponseKind) Valid() bool {
+	switch e {
+	case DiagnosticContentResponseKindEvents:
+		return true
+	case DiagnosticContentResponseKindLogs:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ErrorCode.
 const (
 	ErrorCodeCONFLICT                ErrorCode = "CONFLICT"
@@ -621,6 +657,29 @@ type CreateSandboxRequest struct {
 type CredentialProxy struct {
 	Enabled bool `json:"enabled,omitempty,omitzero"`
 }
+
+// DiagnosticContentResponse A diagnostic text payload, delivered inline.
+type DiagnosticContentResponse struct {
+	Content       string `json:"content"`
+	ContentLength int    `json:"contentLength,omitempty,omitzero"`
+
+	// ContentType Examples: text/plain; charset=utf-8
+	ContentType string                            `json:"contentType"`
+	Delivery    DiagnosticContentResponseDelivery `json:"delivery"`
+	Kind        DiagnosticContentResponseKind     `json:"kind"`
+	SandboxID   string                            `json:"sandboxId"`
+	Scope       string                            `json:"scope"`
+
+	// Truncated Older events were dropped (at most the latest 256 are kept).
+	Truncated bool     `json:"truncated"`
+	Warnings  []string `json:"warnings,omitempty,omitzero"`
+}
+
+// DiagnosticContentResponseDelivery defines model for DiagnosticContentResponse.Delivery.
+type DiagnosticContentResponseDelivery string
+
+// DiagnosticContentResponseKind defines model for DiagnosticContentResponse.Kind.
+type DiagnosticContentResponseKind string
 
 // EgressRule defines model for EgressRule.
 type EgressRule struct {
@@ -1639,6 +1698,12 @@ type ListSandboxesParams struct {
 
 	// PageSize Page size; values above 200 are taken as 200.
 	PageSize int64 `form:"pageSize,omitempty" json:"pageSize,omitempty,omitzero"`
+}
+
+// GetSandboxDiagnosticEventsParams defines parameters for GetSandboxDiagnosticEvents.
+type GetSandboxDiagnosticEventsParams struct {
+	// Scope `network` or `all` (the same events).
+	Scope string `form:"scope" json:"scope"`
 }
 
 // GetSandboxEndpointParams defines parameters for GetSandboxEndpoint.

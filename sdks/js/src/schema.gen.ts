@@ -232,6 +232,33 @@ export interface paths {
     };
     "/sandboxes/{id}/proxy/{port}": components["pathItems"]["SandboxProxy"];
     "/sandboxes/{id}/proxy/{port}/{path}": components["pathItems"]["SandboxProxyPath"];
+    "/sandboxes/{id}/diagnostics/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox id (a UUID v4). */
+                id: components["parameters"]["SandboxId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * A sandbox's diagnostic events, as text.
+         * @description OpenSandbox's diagnostics API: a descriptor whose `content` is display-oriented text, one
+         *     event a line (`<RFC 3339 time> <scope> <what happened>`), not a stable schema. hybox keeps
+         *     the latest 256 events of each sandbox in memory (a restart forgets them) and delivers
+         *     them inline. Today they come from the `network` scope: why the credential proxy added
+         *     or did not add a credential to a plaintext HTTP request for a bound host.
+         */
+        get: operations["getSandboxDiagnosticEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/run": {
         parameters: {
             query?: never;
@@ -1239,6 +1266,22 @@ export interface components {
         RenewExpirationResponse: {
             /** Format: date-time */
             expiresAt: string;
+        };
+        /** @description A diagnostic text payload, delivered inline. */
+        DiagnosticContentResponse: {
+            sandboxId: string;
+            /** @enum {string} */
+            kind: "logs" | "events";
+            scope: string;
+            /** @enum {string} */
+            delivery: "inline" | "url";
+            /** @example text/plain; charset=utf-8 */
+            contentType: string;
+            content: string;
+            contentLength?: number;
+            /** @description Older events were dropped (at most the latest 256 are kept). */
+            truncated: boolean;
+            warnings?: string[];
         };
         Endpoint: {
             /** @description `host[:port][/path]`, without a scheme. */
@@ -2977,6 +3020,35 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Endpoint"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["SandboxNotFound"];
+        };
+    };
+    getSandboxDiagnosticEvents: {
+        parameters: {
+            query: {
+                /** @description `network` or `all` (the same events). */
+                scope: string;
+            };
+            header?: never;
+            path: {
+                /** @description The sandbox id (a UUID v4). */
+                id: components["parameters"]["SandboxId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The events. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DiagnosticContentResponse"];
                 };
             };
             400: components["responses"]["BadRequest"];

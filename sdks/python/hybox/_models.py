@@ -216,6 +216,28 @@ class RenewExpirationResponse(BaseModel):
     expiresAt: AwareDatetime
 
 
+class DiagnosticContentResponse(BaseModel):
+    """
+    A diagnostic text payload, delivered inline.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    sandboxId: str
+    kind: Literal['logs', 'events']
+    scope: str
+    delivery: Literal['inline', 'url']
+    contentType: Annotated[str, Field(examples=['text/plain; charset=utf-8'])]
+    content: str
+    contentLength: Annotated[int | None, Field(ge=0)] = None
+    truncated: bool
+    """
+    Older events were dropped (at most the latest 256 are kept).
+    """
+    warnings: list[str] | None = None
+
+
 class Endpoint(BaseModel):
     endpoint: str
     """
