@@ -143,7 +143,7 @@ func TestCurl(t *testing.T) {
 		{name: "header removed and emptied", src: "curl -s -H 'Accept:' -H 'X-E;' -H 'User-Agent: me' " + U + "/echo", out: "GET /echo\nUser-Agent: me\nX-E: \n"},
 		{name: "-u", src: "curl -s -u al:pw " + U + "/echo | grep Authorization", out: "Authorization: Basic YWw6cHc=\n"},
 		{name: "-I", src: "curl -sI " + U + "/text | head -n1", out: "HTTP/1.1 200 OK\r\n"},
-		{name: "-i", src: "curl -si " + U + "/text | grep -c -E 'X-Reply|hello'", out: "2\n"},
+		{name: "-i", src: "curl -si " + U + "/text | grep -c -e X-Reply -e hello", out: "2\n"},
 		{name: "-v", src: "curl -sv " + U + "/text", out: "hello", errHas: "> GET /text HTTP/1.1\n"},
 		{name: "-w http_code", src: "curl -s -o /dev/null -w '%{http_code}\\n' " + U + "/missing", out: "404\n"},
 		{name: "vault injects", src: "curl -s " + bound.URL + "/echo | grep Authorization", out: "Authorization: Bearer " + curlSecret + "\n"},

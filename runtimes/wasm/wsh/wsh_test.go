@@ -131,6 +131,7 @@ func TestRun(t *testing.T) {
 		{name: "cp mv rm", src: "cp a.txt c.txt && mv c.txt d.txt && cat d.txt | head -n1 && rm d.txt && ls d.txt", code: 2, out: "alpha\n", errHas: "cannot access 'd.txt'"},
 		{name: "cp -r", src: "cp -r sub sub2 && cat sub2/deep/d.md && rm -r sub2 && [ ! -e sub2 ] && echo gone", out: "# title\ngone\n"},
 		{name: "grep flags", src: "grep -i ALPHA a.txt; grep -c a a.txt; grep -v t b.txt; grep -E 'b(e|x)ta' a.txt; grep -q zzz a.txt || echo nomatch", out: "alpha\n3\nfour five\nbeta\nnomatch\n"},
+		{name: "grep -e -e", src: "grep -c -e alpha -e gamma a.txt; grep -e beta -egamma a.txt", out: "2\nbeta\ngamma\n"},
 		{name: "grep -r", src: "grep -r title .; grep -rl title; grep -rn print sub", out: "./sub/deep/d.md:# title\nsub/deep/d.md\nsub/c.py:1:print('hi')\n"},
 		{name: "sed", src: "sed 's/a/A/g' a.txt; echo hello world | sed -E 's/(\\w+) (\\w+)/\\2 \\1/'; sed -n '2p' a.txt", out: "AlphA\nbetA\ngAmmA\nworld hello\nbeta\n"},
 		{name: "sed -i", src: "cp a.txt e.txt; sed -i 's/beta/BETA/' e.txt; cat e.txt", out: "alpha\nBETA\ngamma\n"},
