@@ -9,9 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime/multipart"
 	"net"
 	"net/http"
 	"net/netip"
+	"net/textproto"
 	"net/url"
 	"os"
 	"path"
@@ -65,6 +67,7 @@ type curlArgs struct {
 	headers                                                      []string
 	data                                                         []string // each -d/--data-* value, already read
 	hasData                                                      bool
+	form                                                         []string // each -F, in order
 	urls                                                         []string
 	outputs                                                      []string // per URL in order; "\x00" = remote name (-O)
 	maxRedirs                                                    int
@@ -229,7 +232,7 @@ func (p *proc) parseCurl(args []string) (a curlArgs, code int) {
 				}
 				a.maxRedirs = n
 			case "-F", "--form":
-				return usage("option %s: multipart forms are not supported by this curl; send the body with --data-binary @file and a Content-Type header", o)
+				a.form = append(a.form, val)
 			case "-k", "--insecure", "--compressed", "--connect-timeout", "--retry", "--retry-delay", "--retry-max-time",
 				"--no-progress-meter", "-#", "--progress-bar", "-4", "-6", "--ipv4", "--ipv6", "-N", "--no-buffer",
 				"--http1.1", "--http2", "--tlsv1.2", "--tlsv1.3", "--cacert", "--capath", "-g", "--globoff":
@@ -246,7 +249,78 @@ func (p *proc) parseCurl(args []string) (a curlArgs, code int) {
 	if len(a.urls) == 0 {
 		return usage("no URL specified")
 	}
+	if len(a.form) > 0 && a.hasData {
+		fmt.Fprintln(p.stderr, "Warning: You can only select one HTTP request method! You asked for both POST")
+		fmt.Fprintln(p.stderr, "Warning: (-d, --data) and multipart formpost (-F, --form).")
+		return a, curlFailedInit
+	}
 	return a, -1
+}
+
+// curlForm builds the multipart body of the -F fields: name=value,
+// name=@file (a file part), name=<file (a field with the file's content),
+// each with optional ;type= and ;filename=.
+func (p *proc) curlForm(fields []string) (body []byte, contentType string, e *curlErr) {
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	for _, f := range fields {
+		name, val, ok := strings.Cut(f, "=")
+		if !ok || name == "" {
+			return nil, "", &curlErr{curlFailedInit, fmt.Sprintf("Illegally formatted input field: %q", f)}
+		}
+		parts := strings.Split(val, ";")
+		val = parts[0]
+		typ, filename := "", ""
+		for _, attr := range parts[1:] {
+			k, v, _ := strings.Cut(strings.TrimSpace(attr), "=")
+			switch k {
+			case "type":
+				typ = v
+			case "filename":
+				filename = v
+			}
+		}
+		switch {
+		case strings.HasPrefix(val, "@") || strings.HasPrefix(val, "<"):
+			file := val[1:]
+			rc, err := p.open(file)
+			if err != nil {
+				return nil, "", &curlErr{curlReadError, fmt.Sprintf("Failed to open/read local data from file/application (%s: %s)", file, errText(err))}
+			}
+			data, err := io.ReadAll(io.LimitReader(rc, engine.MaxHTTPBody+1))
+			rc.Close()
+			if err != nil || len(data) > engine.MaxHTTPBody {
+				return nil, "", &curlErr{curlReadError, "Failed to open/read local data from file/application (" + file + ")"}
+			}
+			h := textproto.MIMEHeader{}
+			if val[0] == '@' {
+				if filename == "" {
+					filename = path.Base(file)
+				}
+				if typ == "" {
+					typ = "application/octet-stream"
+				}
+				h.Set("Content-Disposition", fmt.Sprintf(`form-data; name=%q; filename=%q`, name, filename))
+			} else {
+				h.Set("Content-Disposition", fmt.Sprintf(`form-data; name=%q`, name))
+			}
+			if typ != "" {
+				h.Set("Content-Type", typ)
+			}
+			w, _ := mw.CreatePart(h)
+			_, _ = w.Write(data)
+		default:
+			h := textproto.MIMEHeader{}
+			h.Set("Content-Disposition", fmt.Sprintf(`form-data; name=%q`, name))
+			if typ != "" {
+				h.Set("Content-Type", typ)
+			}
+			w, _ := mw.CreatePart(h)
+			_, _ = io.WriteString(w, val)
+		}
+	}
+	_ = mw.Close()
+	return buf.Bytes(), mw.FormDataContentType(), nil
 }
 
 // curlData reads one data option's value: @file (or @- for stdin) unless
@@ -326,6 +400,14 @@ func (c *curlRun) fetch(ctx context.Context, raw, out string) int {
 			method, body = "POST", []byte(joined)
 		}
 	}
+	formType := ""
+	if len(a.form) > 0 {
+		var e *curlErr
+		if body, formType, e = c.p.curlForm(a.form); e != nil {
+			return c.failWith(*e)
+		}
+		method = "POST"
+	}
 	if a.head {
 		method = "HEAD"
 	}
@@ -336,6 +418,9 @@ func (c *curlRun) fetch(ctx context.Context, raw, out string) int {
 	headers, e := c.headerList(body != nil)
 	if e != nil {
 		return c.failWith(*e)
+	}
+	if formType != "" {
+		headers = setHeader(headers, "Content-Type", formType, true)
 	}
 	if a.maxTime > 0 {
 		var cancel context.CancelFunc

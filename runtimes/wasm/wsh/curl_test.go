@@ -36,6 +36,7 @@ const curlSecret = "vault-token-123"
 //	/redirect    302 to /text
 //	/see-other   303 to /echo
 //	/loop        302 to /loop
+//	/form        the multipart fields a, b and the file f it got
 //	/hang        answers when the request is cancelled
 func upstream(t *testing.T) *httptest.Server {
 	mux := http.NewServeMux()
@@ -61,6 +62,18 @@ func upstream(t *testing.T) *httptest.Server {
 	mux.HandleFunc("/redirect", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/text", http.StatusFound) })
 	mux.HandleFunc("/see-other", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/echo", http.StatusSeeOther) })
 	mux.HandleFunc("/loop", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/loop", http.StatusFound) })
+	mux.HandleFunc("/form", func(w http.ResponseWriter, r *http.Request) {
+		if err := r.ParseMultipartForm(1 << 20); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		fmt.Fprintf(w, "%s a=%s b=%s", r.Method, r.FormValue("a"), r.FormValue("b"))
+		for _, fh := range r.MultipartForm.File["f"] {
+			f, _ := fh.Open()
+			b, _ := io.ReadAll(f)
+			fmt.Fprintf(w, " f=%s:%s:%q", fh.Filename, fh.Header.Get("Content-Type"), b)
+		}
+	})
 	mux.HandleFunc("/hang", func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
 	s := httptest.NewServer(mux)
 	t.Cleanup(s.Close)
@@ -151,6 +164,16 @@ func TestCurl(t *testing.T) {
 		{name: "--resolve refused", src: "curl --resolve h:80:127.0.0.1 http://h/", code: 2, errHas: "curl: option --resolve is not supported in a wasm sandbox"},
 		{name: "unknown option", src: "curl --frobnicate " + U, code: 2, errHas: "curl: option --frobnicate: is unknown"},
 		{name: "no URL", src: "curl -s", code: 2, errHas: "curl: no URL specified"},
+		{name: "missing parameter", src: "curl " + U + " -o", code: 2, errHas: "curl: option -o: requires parameter"},
+		{name: "bad number", src: "curl -m soon " + U, code: 2, errHas: "curl: option -m: expected a proper numerical parameter"},
+		{name: "proxy refused", src: "curl -x http://proxy:3128 " + U, code: 2, errHas: "curl: option -x is not supported in a wasm sandbox"},
+		{name: "malformed URL", src: "curl -sS http://", code: 3, errHas: "curl: (3) URL rejected"},
+		{name: "-F", src: "curl -s -F a=1 -F 'b=<body.json' -F 'f=@body.json;type=application/json' " + U + "/form", out: "POST a=1 b={\"a\":\n1}\n f=body.json:application/json:\"{\\\"a\\\":\\n1}\\n\""},
+		{name: "-F with -d", src: "curl -s -F a=1 -d b=2 " + U + "/form", code: 2, errHas: "You can only select one HTTP request method!"},
+		{name: "-F missing file", src: "curl -sS -F f=@nope " + U + "/form", code: 26, errHas: "curl: (26) Failed to open/read local data from file/application (nope: No such file or directory)"},
+		{name: "installed", src: "which curl wget", out: "/usr/bin/curl\n/usr/bin/wget\n"},
+		{name: "wget no URL", src: "wget -q", code: 1, errHas: "wget: missing URL"},
+		{name: "wget bad option", src: "wget --frob " + U, code: 2, errHas: "wget: unrecognized option '--frob'"},
 		{name: "unsupported protocol", src: "curl -sS ftp://x/", code: 1, errHas: "curl: (1) Protocol \"ftp\" not supported\n"},
 		{name: "cannot resolve", src: "curl -sS http://nx.test/", code: 6, errHas: "curl: (6) Could not resolve host: nx.test\n"},
 		{name: "denied name", src: "curl -sS http://denied.test/", code: 6, errHas: "curl: (6) Could not resolve host: denied.test (egress to denied.test denied by rule 2 (deny denied.test))\n"},
