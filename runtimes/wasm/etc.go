@@ -9,8 +9,6 @@ import (
 	"path"
 	"slices"
 	"strings"
-
-	"github.com/hybox-dev/hybox/runtimes/wasm/wasmfs"
 )
 
 // The sandbox's users, as /etc/passwd and /etc/group list them. Programs run
@@ -33,19 +31,34 @@ const (
 		"# of their HTTP requests (curl, wget, Python, JavaScript) under the egress policy.\n" +
 		"nameserver 127.0.0.53\n" +
 		"options edns0\n"
+	// The static /proc: what the shell's uname and nproc say, the
+	// sandbox's memory limit, and the user's ids.
+	procVersion = "Linux version 6.1.0-hybox (hybox wasm sandbox) #1 SMP\n"
+	procCPUInfo = "processor\t: 0\nvendor_id\t: hybox\nmodel name\t: WebAssembly (wasm32)\ncpu cores\t: 1\n\n"
+	procStatus  = "Uid:\t1000\t1000\t1000\t1000\nGid:\t1000\t1000\t1000\t1000\nGroups:\t1000\n"
 )
 
-// systemFiles are the files of /etc, by name, for a sandbox whose host name
-// is hostname.
-func systemFiles(hostname string) map[string]string {
+// systemDirs are the directories of systemFiles, parents first.
+var systemDirs = []string{"etc", "proc", "proc/self"}
+
+// systemFiles are the files of the sandbox's /etc and /proc, by
+// root-relative name, for a sandbox whose host name is hostname and whose
+// guests may use memBytes each.
+func systemFiles(hostname string, memBytes int64) map[string]string {
+	kb := memBytes >> 10
 	return map[string]string{
-		"os-release":  osReleaseFile,
-		"passwd":      passwdFile,
-		"group":       groupFile,
-		"hostname":    hostname + "\n",
-		"hosts":       "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t" + hostname + "\n",
-		"resolv.conf": resolvFile,
-		"shells":      "/bin/sh\n/bin/bash\n",
+		"etc/os-release":   osReleaseFile,
+		"etc/passwd":       passwdFile,
+		"etc/group":        groupFile,
+		"etc/hostname":     hostname + "\n",
+		"etc/hosts":        "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t" + hostname + "\n",
+		"etc/resolv.conf":  resolvFile,
+		"etc/shells":       "/bin/sh\n/bin/bash\n",
+		"proc/version":     procVersion,
+		"proc/cpuinfo":     procCPUInfo,
+		"proc/meminfo":     fmt.Sprintf("MemTotal:       %d kB\nMemFree:        %d kB\nMemAvailable:   %d kB\n", kb, kb, kb),
+		"proc/self/status": procStatus,
+		"proc/self/cgroup": "0::/\n",
 	}
 }
 
@@ -65,68 +78,79 @@ func hostnameOf(id string, env map[string]string) string {
 	return h
 }
 
-// writeSystemFiles (re)writes the sandbox's /etc in the workspace: the
-// directory wasmfs.SystemDir, mode 0555, with the files of systemFiles,
-// mode 0444. Other files a caller put there are left alone. Guests see the
-// directory read-only (wasmfs and the shell refuse changes with EROFS); the
-// files API writes there with the server's rights, and the files written
-// here are written again at every open.
+// writeSystemFiles (re)writes the sandbox's /etc and /proc in the
+// workspace (wasmfs.SystemDirs): directories mode 0555 holding the files of
+// systemFiles, mode 0444. Other files a caller put there are left alone.
+// Guests see these directories read-only (wasmfs, the shell and the
+// JavaScript fs refuse changes with EROFS); the files API writes there
+// with the server's rights, and the files written here are written again
+// at every open.
 //
 // # Errors
-// When the directory or a file cannot be written.
-func writeSystemFiles(root *os.Root, hostname string) error {
-	dir := wasmfs.SystemDir
-	fi, err := root.Lstat(dir)
-	switch {
-	case err == nil && !fi.IsDir():
-		// A file or a symlink in its place (written by an older version
-		// or through the files API): /etc is the backend's.
-		if err := root.Remove(dir); err != nil {
-			return fmt.Errorf("/etc: %w", err)
+// When a directory or a file cannot be written.
+func writeSystemFiles(root *os.Root, hostname string, memBytes int64) error {
+	for _, dir := range systemDirs {
+		fi, err := root.Lstat(dir)
+		switch {
+		case err == nil && !fi.IsDir():
+			// A file or a symlink in its place (written by an older
+			// version or through the files API): the directory is the
+			// backend's.
+			if err := root.Remove(dir); err != nil {
+				return fmt.Errorf("/%s: %w", dir, err)
+			}
+			fallthrough
+		case errors.Is(err, fs.ErrNotExist):
+			if err := root.Mkdir(dir, 0o755); err != nil {
+				return fmt.Errorf("/%s: %w", dir, err)
+			}
+		case err != nil:
+			return fmt.Errorf("/%s: %w", dir, err)
 		}
-		fallthrough
-	case errors.Is(err, fs.ErrNotExist):
-		if err := root.Mkdir(dir, 0o755); err != nil {
-			return fmt.Errorf("/etc: %w", err)
+		if err := root.Chmod(dir, 0o755); err != nil {
+			return fmt.Errorf("/%s: %w", dir, err)
 		}
-	case err != nil:
-		return fmt.Errorf("/etc: %w", err)
 	}
-	if err := root.Chmod(dir, 0o755); err != nil {
-		return fmt.Errorf("/etc: %w", err)
-	}
-	files := systemFiles(hostname)
+	files := systemFiles(hostname, memBytes)
 	for _, name := range slices.Sorted(maps.Keys(files)) {
-		p := path.Join(dir, name)
-		if fi, err := root.Lstat(p); err == nil && !fi.Mode().IsRegular() {
-			if err := root.RemoveAll(p); err != nil {
-				return fmt.Errorf("/etc/%s: %w", name, err)
+		if fi, err := root.Lstat(name); err == nil && !fi.Mode().IsRegular() {
+			if err := root.RemoveAll(name); err != nil {
+				return fmt.Errorf("/%s: %w", name, err)
 			}
 		}
-		_ = root.Remove(p + ".new") // left by an interrupted write
-		if err := root.WriteFile(p+".new", []byte(files[name]), 0o444); err != nil {
-			return fmt.Errorf("/etc/%s: %w", name, err)
+		tmp := name + ".new"
+		_ = root.Remove(tmp) // left by an interrupted write
+		if err := root.WriteFile(tmp, []byte(files[name]), 0o444); err != nil {
+			return fmt.Errorf("/%s: %w", name, err)
 		}
-		if err := root.Chmod(p+".new", 0o444); err != nil {
-			return fmt.Errorf("/etc/%s: %w", name, err)
+		if err := root.Chmod(tmp, 0o444); err != nil {
+			return fmt.Errorf("/%s: %w", name, err)
 		}
-		if err := root.Rename(p+".new", p); err != nil {
-			return fmt.Errorf("/etc/%s: %w", name, err)
+		if err := root.Rename(tmp, path.Clean(name)); err != nil {
+			return fmt.Errorf("/%s: %w", name, err)
 		}
 	}
-	return root.Chmod(dir, 0o555)
+	for _, dir := range slices.Backward(systemDirs) {
+		if err := root.Chmod(dir, 0o555); err != nil {
+			return fmt.Errorf("/%s: %w", dir, err)
+		}
+	}
+	return nil
 }
 
-// unlockSystemFiles makes the /etc of the workspace at dir writable again,
-// so that a server without root's rights can remove it. It goes through an
-// os.Root: an etc that is a symlink cannot make it change a host directory.
+// unlockSystemFiles makes the system directories of the workspace at dir
+// writable again, so that a server without root's rights can remove them.
+// It goes through an os.Root: a directory replaced by a symlink cannot make
+// it change a host directory.
 func unlockSystemFiles(dir string) {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return
 	}
 	defer root.Close()
-	if fi, err := root.Lstat(wasmfs.SystemDir); err == nil && fi.IsDir() {
-		_ = root.Chmod(wasmfs.SystemDir, 0o755)
+	for _, d := range systemDirs {
+		if fi, err := root.Lstat(d); err == nil && fi.IsDir() {
+			_ = root.Chmod(d, 0o755)
+		}
 	}
 }

@@ -50,7 +50,7 @@ func TestLooksLikeLinux(t *testing.T) {
 	rt, stop, err := wasm.Setup(context.Background(), wasm.SetupOptions{Engine: wasmtest.Engine(t), PythonPool: 1})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = stop() })
-	spec := runtimes.Spec{ID: "sbx-linux", Image: "wasm://default", Dir: t.TempDir()}
+	spec := runtimes.Spec{ID: "sbx-linux", Image: "wasm://default", Dir: t.TempDir(), MemoryBytes: 64 << 20}
 	sb, err := rt.Create(context.Background(), spec)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sb.Close(context.Background()) })
@@ -76,6 +76,9 @@ func TestLooksLikeLinux(t *testing.T) {
 		{"create refused", "touch /etc/new", 1, "touch: cannot touch '/etc/new': Read-only file system\n"},
 		{"symlink into etc refused", "ln -s ../etc/passwd /tmp/p && echo x >> /tmp/p", 1, "open /tmp/p: Read-only file system\n"},
 		{"test -w", "test -w /etc/passwd || echo ro; test -r /etc/passwd && echo r", 0, "ro\nr\n"},
+		{"proc", "grep -c ^processor /proc/cpuinfo; nproc; grep MemTotal /proc/meminfo; grep ^Uid /proc/self/status; grep -q hybox /proc/version && echo version", 0,
+			"1\n1\nMemTotal:       65536 kB\nUid:\t1000\t1000\t1000\t1000\nversion\n"},
+		{"proc read-only", "echo 1 > /proc/self/status", 1, "open /proc/self/status: Read-only file system\n"},
 	} {
 		t.Run("shell/"+c.name, func(t *testing.T) {
 			code, out := shell(t, be, c.src)
@@ -105,8 +108,9 @@ try:
     os.remove('/etc/hostname')
 except OSError as e:
     print(e.errno == __import__('errno').EROFS)
-print(open('/etc/hostname').read().strip())`)
-		assert.Equal(t, "NAME=\"hybox\"\n65534 root /home/user\nnogroup 1000\n\"getpwnam(): name not found: 'bob'\"\n1000 1000 user\nTrue\nTrue\nsbx-linux\n", out)
+print(open('/etc/hostname').read().strip())
+print(open('/proc/meminfo').readline().split()[1])`)
+		assert.Equal(t, "NAME=\"hybox\"\n65534 root /home/user\nnogroup 1000\n\"getpwnam(): name not found: 'bob'\"\n1000 1000 user\nTrue\nTrue\nsbx-linux\n65536\n", out)
 		code, out := shell(t, be, `python3 -c "import pwd; print(pwd.getpwnam('root').pw_shell)"`)
 		assert.Equal(t, 0, code, out)
 		assert.Equal(t, "/bin/sh\n", out)
@@ -136,9 +140,11 @@ for (const f of [() => fs.writeFileSync('/etc/passwd', 'x'), () => fs.unlinkSync
 		code, out := shell(t, sb2.(execd.Executor), "id -u nobody; hostname; hostname -s; cat /etc/motd")
 		assert.Equal(t, 0, code, out)
 		assert.Equal(t, "65534\nbox.example\nbox\nkept\n", out)
-		fi, err := os.Stat(etc)
-		require.NoError(t, err)
-		assert.Equal(t, os.FileMode(0o555), fi.Mode().Perm())
+		for _, d := range []string{etc, filepath.Join(spec.Dir, "fs", "proc"), filepath.Join(spec.Dir, "fs", "proc", "self")} {
+			fi, err := os.Stat(d)
+			require.NoError(t, err)
+			assert.Equal(t, os.FileMode(0o555), fi.Mode().Perm(), d)
+		}
 		require.NoError(t, rt.Destroy(context.Background(), spec2))
 		_, err = os.Stat(filepath.Join(spec.Dir, "fs"))
 		assert.True(t, os.IsNotExist(err), "workspace removed")

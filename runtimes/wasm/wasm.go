@@ -156,13 +156,13 @@ func (r *Runtime) open(spec runtimes.Spec) (*Sandbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open workspace: %w", err)
 	}
-	if err := writeSystemFiles(root, hostnameOf(spec.ID, spec.Env)); err != nil {
-		root.Close()
-		return nil, fmt.Errorf("workspace: %w", err)
-	}
 	mem := spec.MemoryBytes
 	if mem <= 0 {
 		mem = r.opts.DefaultMemoryBytes
+	}
+	if err := writeSystemFiles(root, hostnameOf(spec.ID, spec.Env), mem); err != nil {
+		root.Close()
+		return nil, fmt.Errorf("workspace: %w", err)
 	}
 	env := map[string]string{
 		"HOME": "/home/user", "USER": "user", "PATH": "/usr/local/bin:/usr/bin:/bin",

@@ -3,7 +3,7 @@ package jsguest
 import "github.com/hybox-dev/hybox/runtimes/wasm/wasmfs"
 
 // systemSyscall is the node syscall name of an fs operation that would
-// change the sandbox's read-only /etc (wasmfs.SystemDir), or "" when op
+// change the sandbox's read-only /etc or /proc (wasmfs.IsSystem), or "" when op
 // leaves it alone. name is root-relative; to resolves the second path of
 // rename and copyFile (the other operations carry data there).
 func systemSyscall(op, name string, to func() string) string {

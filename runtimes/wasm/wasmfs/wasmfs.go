@@ -32,7 +32,7 @@ import (
 //
 // Errors reach the guest as errno values: those of the underlying system
 // calls, EPERM for a path or symlink that would leave the root, ELOOP for
-// O_NOFOLLOW on a symlink, EROFS for a change below SystemDir.
+// O_NOFOLLOW on a symlink, EROFS for a change in SystemDirs.
 func New(root *os.Root) experimentalsys.FS {
 	if root == nil {
 		return NewSwitch()

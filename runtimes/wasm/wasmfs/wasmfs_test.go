@@ -568,7 +568,8 @@ func TestClosedRoot(t *testing.T) {
 func TestIsSystem(t *testing.T) {
 	for name, want := range map[string]bool{
 		"etc": true, "etc/passwd": true, "/etc/x/y": true, "./etc": true, "etc/": true,
-		".": false, "etcetera": false, "tmp/etc": false, "workspace/etc/passwd": false, "": false,
+		"proc": true, "proc/self/status": true,
+		".": false, "etcetera": false, "tmp/etc": false, "workspace/etc/passwd": false, "": false, "process": false,
 	} {
 		if got := IsSystem(name); got != want {
 			t.Errorf("IsSystem(%q) = %v, want %v", name, got, want)

@@ -10,7 +10,7 @@ import (
 )
 
 // sysRoot is the workspace root as the shell's commands use it: every call
-// that would change something below wasmfs.SystemDir (the sandbox's /etc)
+// that would change something in wasmfs.SystemDirs (the sandbox's /etc and /proc)
 // fails with EROFS, as on a read-only mount. Names are root-relative and
 // already resolved by shell.resolve, so a symlink into /etc is refused too.
 type sysRoot struct{ *os.Root }
