@@ -512,6 +512,24 @@ func (e ExecdAttachPtyParamsUpgrade) Valid() bool {
 	}
 }
 
+// Defines values for GetSandboxDiagnosticEventsParamsScope.
+const (
+	GetSandboxDiagnosticEventsParamsScopeAll     GetSandboxDiagnosticEventsParamsScope = "all"
+	GetSandboxDiagnosticEventsParamsScopeNetwork GetSandboxDiagnosticEventsParamsScope = "network"
+)
+
+// Valid indicates whether the value is a known member of the GetSandboxDiagnosticEventsParamsScope enum.
+func (e GetSandboxDiagnosticEventsParamsScope) Valid() bool {
+	switch e {
+	case GetSandboxDiagnosticEventsParamsScopeAll:
+		return true
+	case GetSandboxDiagnosticEventsParamsScopeNetwork:
+		return true
+	default:
+		return false
+	}
+}
+
 // CodeContext defines model for CodeContext.
 type CodeContext struct {
 	Cwd string `json:"cwd,omitempty,omitzero"`
@@ -1702,9 +1720,13 @@ type ListSandboxesParams struct {
 
 // GetSandboxDiagnosticEventsParams defines parameters for GetSandboxDiagnosticEvents.
 type GetSandboxDiagnosticEventsParams struct {
-	// Scope `network` or `all` (the same events).
-	Scope string `form:"scope" json:"scope"`
+	// Scope `network` or `all` (the same events). OpenSandbox leaves the scopes to the server;
+	// another one is a 400.
+	Scope GetSandboxDiagnosticEventsParamsScope `form:"scope" json:"scope"`
 }
+
+// GetSandboxDiagnosticEventsParamsScope defines parameters for GetSandboxDiagnosticEvents.
+type GetSandboxDiagnosticEventsParamsScope string
 
 // GetSandboxEndpointParams defines parameters for GetSandboxEndpoint.
 type GetSandboxEndpointParams struct {

@@ -3030,8 +3030,11 @@ export interface operations {
     getSandboxDiagnosticEvents: {
         parameters: {
             query: {
-                /** @description `network` or `all` (the same events). */
-                scope: string;
+                /**
+                 * @description `network` or `all` (the same events). OpenSandbox leaves the scopes to the server;
+                 *     another one is a 400.
+                 */
+                scope: "network" | "all";
             };
             header?: never;
             path: {
