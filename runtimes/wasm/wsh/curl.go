@@ -61,8 +61,8 @@ var refusedOptions = map[string]string{
 // curlArgs are the parsed options of one curl command.
 type curlArgs struct {
 	silent, showError, fail, failWithBody, follow, head, include bool
-	verbose, get, remoteNameAll                                  bool
-	method, writeOut, user                                       string
+	verbose, get, remoteNameAll, createDirs                      bool
+	method, writeOut, user, dumpHeader                           string
 	headers                                                      []string
 	data                                                         []string // each -d/--data-* value, already read
 	hasData                                                      bool
@@ -184,9 +184,9 @@ func (c *curlRun) fetch(ctx context.Context, raw, out string) int {
 			w = dw
 			return nil
 		}
-		f, err := c.p.sh.openFile(c.p.dir, name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-		if err != nil {
-			return &curlErr{curlWriteError, fmt.Sprintf("Failed to open the file %s: %s", name, errText(err))}
+		f, e := c.create(name)
+		if e != nil {
+			return e
 		}
 		file, w = f, f
 		return nil
@@ -196,6 +196,21 @@ func (c *curlRun) fetch(ctx context.Context, raw, out string) int {
 			file.Close()
 		}
 	}()
+	var dump io.Writer // -D: every response's head
+	if a.dumpHeader != "" {
+		if a.dumpHeader == "-" {
+			dump = c.p.stdout
+		} else if dw, ok := c.p.devWriter(a.dumpHeader); ok {
+			dump = dw
+		} else {
+			f, e := c.create(a.dumpHeader)
+			if e != nil {
+				return c.failWith(*e)
+			}
+			defer f.Close()
+			dump = f
+		}
+	}
 	redirects := 0
 	var written int64
 	var resp *http.Response
@@ -204,6 +219,9 @@ func (c *curlRun) fetch(ctx context.Context, raw, out string) int {
 		resp, err = c.send(ctx, method, u, headers, body)
 		if err != nil {
 			return c.failWith(curlFailure(ctx, err, u, a.maxTime, start))
+		}
+		if dump != nil {
+			c.writeHead(dump, resp)
 		}
 		loc := resp.Header.Get("Location")
 		if a.follow && loc != "" && isRedirectStatus(resp.StatusCode) {
@@ -271,6 +289,23 @@ func (c *curlRun) fetch(ctx context.Context, raw, out string) int {
 		c.writeOutFormat(resp, u, method, redirects, written, time.Since(start), code)
 	}
 	return code
+}
+
+// create opens an output file for writing, making its directories first
+// with --create-dirs.
+func (c *curlRun) create(name string) (*os.File, *curlErr) {
+	if c.a.createDirs {
+		if rel, err := c.p.rel(path.Dir(guestAbs(c.p.dir, name)), true); err == nil {
+			if err := c.p.sh.root.MkdirAll(rel, 0o755); err != nil {
+				return nil, &curlErr{curlWriteError, fmt.Sprintf("Failed to create the directory %s: %s", path.Dir(name), errText(err))}
+			}
+		}
+	}
+	f, err := c.p.sh.openFile(c.p.dir, name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, &curlErr{curlWriteError, fmt.Sprintf("Failed to open the file %s: %s", name, errText(err))}
+	}
+	return f, nil
 }
 
 // devWriter is the writer of an output file that is a device: /dev/null,

@@ -33,7 +33,8 @@ func (p *proc) parseCurl(args []string) (a curlArgs, code int) {
 				"--output", "--header", "--data", "--data-raw", "--data-binary", "--data-ascii", "--data-urlencode",
 				"--json", "--request", "--write-out", "--user", "--user-agent", "--referer", "--cookie",
 				"--max-time", "--connect-timeout", "--max-redirs", "--retry", "--retry-delay", "--retry-max-time",
-				"--url", "--resolve", "--connect-to", "--proxy", "--unix-socket", "--form", "--cacert", "--capath":
+				"--url", "--resolve", "--connect-to", "--proxy", "--unix-socket", "--form", "--cacert", "--capath",
+				"-D", "--dump-header":
 				return true
 			}
 			return false
@@ -105,6 +106,10 @@ func (p *proc) parseCurl(args []string) (a curlArgs, code int) {
 				a.outputs = append(a.outputs, "\x00")
 			case "--remote-name-all":
 				a.remoteNameAll = true
+			case "--create-dirs":
+				a.createDirs = true
+			case "-D", "--dump-header":
+				a.dumpHeader = val
 			case "-o", "--output":
 				a.outputs = append(a.outputs, val)
 			case "-H", "--header":
