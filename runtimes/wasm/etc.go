@@ -6,7 +6,6 @@ import (
 	"io/fs"
 	"maps"
 	"os"
-	"path"
 	"slices"
 	"strings"
 )
@@ -53,12 +52,10 @@ func systemFiles(hostname string, memBytes int64) map[string]string {
 		"etc/hostname":     hostname + "\n",
 		"etc/hosts":        "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t" + hostname + "\n",
 		"etc/resolv.conf":  resolvFile,
-		"etc/shells":       "/bin/sh\n/bin/bash\n",
 		"proc/version":     procVersion,
 		"proc/cpuinfo":     procCPUInfo,
 		"proc/meminfo":     fmt.Sprintf("MemTotal:       %d kB\nMemFree:        %d kB\nMemAvailable:   %d kB\n", kb, kb, kb),
 		"proc/self/status": procStatus,
-		"proc/self/cgroup": "0::/\n",
 	}
 }
 
@@ -106,27 +103,15 @@ func writeSystemFiles(root *os.Root, hostname string, memBytes int64) error {
 			}
 		case err != nil:
 			return fmt.Errorf("/%s: %w", dir, err)
-		}
-		if err := root.Chmod(dir, 0o755); err != nil {
-			return fmt.Errorf("/%s: %w", dir, err)
+		case fi.Mode().Perm() != 0o755:
+			if err := root.Chmod(dir, 0o755); err != nil {
+				return fmt.Errorf("/%s: %w", dir, err)
+			}
 		}
 	}
 	files := systemFiles(hostname, memBytes)
 	for _, name := range slices.Sorted(maps.Keys(files)) {
-		if fi, err := root.Lstat(name); err == nil && !fi.Mode().IsRegular() {
-			if err := root.RemoveAll(name); err != nil {
-				return fmt.Errorf("/%s: %w", name, err)
-			}
-		}
-		tmp := name + ".new"
-		_ = root.Remove(tmp) // left by an interrupted write
-		if err := root.WriteFile(tmp, []byte(files[name]), 0o444); err != nil {
-			return fmt.Errorf("/%s: %w", name, err)
-		}
-		if err := root.Chmod(tmp, 0o444); err != nil {
-			return fmt.Errorf("/%s: %w", name, err)
-		}
-		if err := root.Rename(tmp, path.Clean(name)); err != nil {
+		if err := writeSystemFile(root, name, files[name]); err != nil {
 			return fmt.Errorf("/%s: %w", name, err)
 		}
 	}
@@ -136,6 +121,55 @@ func writeSystemFiles(root *os.Root, hostname string, memBytes int64) error {
 		}
 	}
 	return nil
+}
+
+// writeSystemFile makes name a regular file holding content, mode 0444.
+// A file that already is so is left alone (a restore writes nothing); one
+// that differs is replaced atomically.
+func writeSystemFile(root *os.Root, name, content string) error {
+	fi, err := root.Lstat(name)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return writeMode(root, name, content)
+	case err != nil:
+		return err
+	case fi.Mode().IsRegular():
+		if fi.Mode().Perm() == 0o444 && fi.Size() == int64(len(content)) {
+			if b, err := root.ReadFile(name); err == nil && string(b) == content {
+				return nil
+			}
+		}
+	default:
+		if err := root.RemoveAll(name); err != nil {
+			return err
+		}
+		return writeMode(root, name, content)
+	}
+	tmp := name + ".new"
+	_ = root.Remove(tmp) // left by an interrupted write
+	if err := writeMode(root, tmp, content); err != nil {
+		return err
+	}
+	return root.Rename(tmp, name)
+}
+
+// writeMode creates name (which must not exist) with content, mode 0444
+// whatever the umask.
+func writeMode(root *os.Root, name, content string) error {
+	f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o444)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(content)
+	if err == nil {
+		if fi, serr := f.Stat(); serr == nil && fi.Mode().Perm() != 0o444 {
+			err = f.Chmod(0o444)
+		}
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // unlockSystemFiles makes the system directories of the workspace at dir
