@@ -131,15 +131,25 @@ for (const f of [() => fs.writeFileSync('/etc/passwd', 'x'), () => fs.unlinkSync
 		require.NoError(t, os.Chmod(etc, 0o755))
 		require.NoError(t, os.Remove(filepath.Join(etc, "passwd")))
 		require.NoError(t, os.WriteFile(filepath.Join(etc, "motd"), []byte("kept\n"), 0o644))
+		require.NoError(t, os.Chmod(filepath.Join(etc, "hosts"), 0o644))
+		require.NoError(t, os.WriteFile(filepath.Join(etc, "hosts"), []byte("10.0.0.1 evil\n"), 0o644))
+		groupBefore, err := os.Stat(filepath.Join(etc, "group"))
+		require.NoError(t, err)
 		require.NoError(t, sb.Close(context.Background()))
 		spec2 := spec
 		spec2.Env = map[string]string{"HOSTNAME": "box.example"}
 		sb2, err := rt.Restore(context.Background(), spec2)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = sb2.Close(context.Background()) })
-		code, out := shell(t, sb2.(execd.Executor), "id -u nobody; hostname; hostname -s; cat /etc/motd")
-		assert.Equal(t, 0, code, out)
-		assert.Equal(t, "65534\nbox.example\nbox\nkept\n", out)
+		code, out := shell(t, sb2.(execd.Executor), "id -u nobody; hostname; hostname -s; cat /etc/motd; grep -c evil /etc/hosts")
+		assert.Equal(t, 1, code, out) // grep -c found none
+		assert.Equal(t, "65534\nbox.example\nbox\nkept\n0\n", out)
+		groupAfter, err := os.Stat(filepath.Join(etc, "group"))
+		require.NoError(t, err)
+		assert.True(t, os.SameFile(groupBefore, groupAfter), "an unchanged file is not written again")
+		fi, err := os.Stat(filepath.Join(etc, "hosts"))
+		require.NoError(t, err)
+		assert.Equal(t, os.FileMode(0o444), fi.Mode().Perm())
 		for _, d := range []string{etc, filepath.Join(spec.Dir, "fs", "proc"), filepath.Join(spec.Dir, "fs", "proc", "self")} {
 			fi, err := os.Stat(d)
 			require.NoError(t, err)
