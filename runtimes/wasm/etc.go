@@ -80,8 +80,8 @@ func hostnameOf(id string, env map[string]string) string {
 // systemFiles, mode 0444. Other files a caller put there are left alone.
 // Guests see these directories read-only (wasmfs, the shell and the
 // JavaScript fs refuse changes with EROFS); the files API writes there
-// with the server's rights, and the files written here are written again
-// at every open.
+// with the server's rights, and what it changed in the files written here
+// is written again at the next use after an open.
 //
 // # Errors
 // When a directory or a file cannot be written.
@@ -187,4 +187,24 @@ func unlockSystemFiles(dir string) {
 			_ = root.Chmod(d, 0o755)
 		}
 	}
+}
+
+// systemFiles writes the sandbox's /etc and /proc once, on first use (the
+// execd handler, a command, a context, a session): creating or restoring a
+// sandbox that nothing uses writes nothing. A failed attempt is tried
+// again at the next use.
+//
+// # Errors
+// Those of writeSystemFiles, wrapped.
+func (s *Sandbox) systemFiles() error {
+	s.sysMu.Lock()
+	defer s.sysMu.Unlock()
+	if s.sysDone {
+		return nil
+	}
+	if err := writeSystemFiles(s.root, s.hostname, s.mem); err != nil {
+		return fmt.Errorf("workspace: %w", err)
+	}
+	s.sysDone = true
+	return nil
 }

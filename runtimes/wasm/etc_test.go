@@ -43,9 +43,10 @@ func run(t *testing.T, be execd.Executor, language, code string) string {
 	return rec.String()
 }
 
-// TestLooksLikeLinux checks the sandbox's /etc as its programs see it: the
-// shell, Python (files, pwd, grp) and JavaScript read the same files, none
-// of them can change them, and a restore writes them again.
+// TestLooksLikeLinux checks the sandbox's /etc and /proc as its programs
+// see them: written on first use, the shell, Python (files, pwd, grp) and
+// JavaScript read the same files, none of them can change them, and a
+// restore writes again those that changed.
 func TestLooksLikeLinux(t *testing.T) {
 	rt, stop, err := wasm.Setup(context.Background(), wasm.SetupOptions{Engine: wasmtest.Engine(t), PythonPool: 1})
 	require.NoError(t, err)
@@ -55,6 +56,8 @@ func TestLooksLikeLinux(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sb.Close(context.Background()) })
 	be := sb.(execd.Executor)
+	_, err = os.Stat(filepath.Join(spec.Dir, "fs", "etc"))
+	assert.True(t, os.IsNotExist(err), "a sandbox nothing has used yet writes no system files")
 
 	for _, c := range []struct {
 		name, src string
