@@ -125,8 +125,10 @@ console.log(fs.readFileSync('/etc/passwd', 'utf8').split('\n').find((l) => l.sta
 console.log(fs.readFileSync('/etc/hostname', 'utf8').trim());
 for (const f of [() => fs.writeFileSync('/etc/passwd', 'x'), () => fs.unlinkSync('/etc/hosts'), () => fs.renameSync('/tmp', '/etc/tmp')]) {
   try { f(); console.log('changed'); } catch (e) { console.log(e.code); }
-}`)
-		assert.Equal(t, "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\nsbx-linux\nEROFS\nEROFS\nEROFS\n", out)
+}
+const os = require('os');
+console.log(os.hostname(), os.userInfo().username, os.userInfo().uid, os.totalmem() === 64 * 1024 * 1024, os.cpus().length);`)
+		assert.Equal(t, "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\nsbx-linux\nEROFS\nEROFS\nEROFS\nsbx-linux user 1000 true 1\n", out)
 	})
 
 	t.Run("restore writes them again", func(t *testing.T) {
