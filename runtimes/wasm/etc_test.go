@@ -112,8 +112,10 @@ try:
 except OSError as e:
     print(e.errno == __import__('errno').EROFS)
 print(open('/etc/hostname').read().strip())
-print(open('/proc/meminfo').readline().split()[1])`)
-		assert.Equal(t, "NAME=\"hybox\"\n65534 root /home/user\nnogroup 1000\n\"getpwnam(): name not found: 'bob'\"\n1000 1000 user\nTrue\nTrue\nsbx-linux\n65536\n", out)
+print(open('/proc/meminfo').readline().split()[1])
+import socket
+print(socket.gethostname())`)
+		assert.Equal(t, "NAME=\"hybox\"\n65534 root /home/user\nnogroup 1000\n\"getpwnam(): name not found: 'bob'\"\n1000 1000 user\nTrue\nTrue\nsbx-linux\n65536\nsbx-linux\n", out)
 		code, out := shell(t, be, `python3 -c "import pwd; print(pwd.getpwnam('root').pw_shell)"`)
 		assert.Equal(t, 0, code, out)
 		assert.Equal(t, "/bin/sh\n", out)

@@ -12,7 +12,8 @@
 #    file is compiled at every start.
 # 4. pwd and grp (which WASI lacks) come from pwd.py and grp.py next to this
 #    file, over the sandbox's /etc/passwd and /etc/group; os.getuid and
-#    friends answer the sandbox user's ids.
+#    friends answer the sandbox user's ids; socket.gethostname (patched by
+#    hybox_http on socket's first import) answers /etc/hostname.
 import os as _os
 import sys as _sys
 
@@ -62,7 +63,7 @@ def _setup():
     class HyboxFinder:  # see hybox_http._find_spec
         @staticmethod
         def find_spec(name, path=None, target=None):
-            if name in ("hybox_http", "urllib.request", "http.client", "hybox_pwd", "pwd", "grp"):
+            if name in ("hybox_http", "urllib.request", "http.client", "socket", "hybox_pwd", "pwd", "grp"):
                 from importlib.util import spec_from_file_location as spec
 
                 if name in ("hybox_http", "hybox_pwd", "pwd", "grp"):
