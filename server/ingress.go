@@ -63,11 +63,17 @@ func (s *Server) authorizeSandbox(r *http.Request, id string, port int) error {
 }
 
 // Resolve implements ingress.Resolver over the live sandboxes.
-func (s *Server) Resolve(ctx context.Context, id string, port int) (ingress.Target, error) {
+// Traffic that reaches a sandbox renews it when it opted in (renew.go).
+func (s *Server) Resolve(ctx context.Context, id string, port int) (_ ingress.Target, retErr error) {
 	rec, err := s.store.get(id)
 	if err != nil {
 		return ingress.Target{}, fmt.Errorf("%w: sandbox %s", ingress.ErrNoRoute, id)
 	}
+	defer func() {
+		if retErr == nil {
+			s.renewOnAccess(rec)
+		}
+	}()
 	sb, ok := s.liveSandbox(id)
 	if !ok {
 		return ingress.Target{}, fmt.Errorf("%w: sandbox %s is %s", ingress.ErrUnavailable, id, rec.State)

@@ -62,6 +62,7 @@ func (s *Server) routes() *gin.Engine {
 		a.POST("/sandboxes/:id/resume", s.resumeSandbox)
 		a.POST("/sandboxes/:id/renew-expiration", s.renewSandbox)
 		a.GET("/sandboxes/:id/endpoints/:port", s.getEndpoint)
+		a.GET("/sandboxes/:id/diagnostics/events", s.diagnosticEvents)
 		a.POST("/run", s.runOneShot)
 		a.GET("/images", s.listImages)
 		a.POST("/images/import", s.importImage)

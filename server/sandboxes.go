@@ -163,6 +163,9 @@ func (s *Server) recordFromRequest(req *api.CreateSandboxRequest) (*Record, erro
 			delete(req.Extensions, k) // null or empty: not given
 		}
 	}
+	if _, err := renewOnAccessOf(req.Extensions); err != nil {
+		return nil, err
+	}
 	for k := range req.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
 			return nil, badRequest(fmt.Sprintf("env name %q is not valid", k))

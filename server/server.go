@@ -133,6 +133,8 @@ type Server struct {
 	creatingOn map[string]int
 	// locks serialises lifecycle operations per sandbox.
 	locks sync.Map // id → *sync.Mutex
+	// renew dedupes renewals on access in flight (renew.go).
+	renew renewer
 
 	// pools are the warm pools of container sandboxes.
 	pools *poolSet

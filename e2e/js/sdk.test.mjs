@@ -370,6 +370,41 @@ describe(`hybox through the OpenSandbox JS SDK (${PASS})`, () => {
     await expectApiStatus(sbx.files.readFile(path), [404]);
   });
 
+  it("looks like Linux: users, /etc and owner names", async () => {
+    const ex = await sbx.commands.run("id -u nobody; id -g nobody; test -r /etc/passwd && test -r /etc/os-release && echo etc");
+    assert.deepEqual(ex.logs.stdout.map((m) => m.text), ["65534", "65534", "etc"]);
+    const bad = await sbx.commands.run("id no-such-user-e2e");
+    assert.equal(bad.exitCode, 1);
+    if (WASM) {
+      const os = await sbx.commands.run(". /etc/os-release; echo $ID; whoami; id -gn nobody");
+      assert.deepEqual(os.logs.stdout.map((m) => m.text), ["hybox", "user", "nogroup"]);
+    }
+    const path = `${WORK_DIR}/owned.txt`;
+    await sbx.files.writeFiles([{ path, data: "x", owner: "nobody", group: "nogroup" }]);
+    const infos = await sbx.files.getFileInfo([path]);
+    assert.equal(infos[path]?.owner, "nobody");
+    assert.equal(infos[path]?.group, "nogroup");
+    await sbx.files.deleteFiles([path]);
+  });
+
+  it("renews a sandbox on access (access.renew.extend.seconds)", async () => {
+    const s = await Sandbox.create({
+      connectionConfig: connection(),
+      image: IMAGE,
+      extensions: { ...EXTENSIONS, "access.renew.extend.seconds": "300" },
+      metadata: { suite: "hybox-e2e-js", run: `${RUN_ID}-renew`, role: "renew" },
+      timeoutSeconds: 60,
+    });
+    created.push(s);
+    await s.commands.run("echo hi");
+    const info = await s.getInfo();
+    // Created with 60 s to live; traffic through the proxy route moved the
+    // expiry to about 300 s after it (within the documented minute).
+    const lifetime = (info.expiresAt.getTime() - info.createdAt.getTime()) / 1000;
+    assert.ok(lifetime > 250, `expiresAt is ${lifetime}s after createdAt, want about 300s`);
+    await s.kill();
+  });
+
   it("routes opensandbox/code-interpreter images to wasm", {
     skip: WASM ? false : `wasm-only: this pass runs ${PASS}; the code-interpreter image routing is covered by the wasm pass`,
   }, async () => {

@@ -361,6 +361,41 @@ def test_files(sandbox, interpreter):
     assert status == 404, repr(excinfo.value)
 
 
+def test_looks_like_linux(sandbox):
+    ex = command(sandbox, "id -u nobody; id -g nobody; test -r /etc/passwd && test -r /etc/os-release && echo etc")
+    assert [m.text for m in ex.logs.stdout] == ["65534", "65534", "etc"]
+    bad = command(sandbox, "id no-such-user-e2e")
+    assert bad.exit_code == 1
+    if WASM:
+        os_ex = command(sandbox, ". /etc/os-release; echo $ID; whoami; id -gn nobody")
+        assert [m.text for m in os_ex.logs.stdout] == ["hybox", "user", "nogroup"]
+    path = f"{WORK_DIR}/owned.txt"
+    sandbox.files.write_files([WriteEntry(path=path, data="x", owner="nobody", group="nogroup")])
+    info = sandbox.files.get_file_info([path])[path]
+    assert (info.owner, info.group) == ("nobody", "nogroup")
+    sandbox.files.delete_files([path])
+
+
+def test_renew_on_access():
+    sbx = SandboxSync.create(
+        IMAGE,
+        connection_config=connection(),
+        extensions={**(EXTENSIONS or {}), "access.renew.extend.seconds": "300"},
+        metadata={"suite": "hybox-e2e-py", "run": RUN_ID + "-renew", "role": "renew"},
+        timeout=timedelta(seconds=60),
+    )
+    try:
+        command(sbx, "echo hi")
+        info = sbx.get_info()
+        # Created with 60 s to live; traffic through the proxy route moved the
+        # expiry to about 300 s after it (within the documented minute).
+        lifetime = (info.expires_at - info.created_at).total_seconds()
+        assert lifetime > 250, lifetime
+    finally:
+        sbx.kill()
+        sbx.close()
+
+
 def test_code_interpreter_strict_health_check(sandbox):
     # The default create runs the SDK's readiness probe: GET /ping plus a command
     # that checks the interpreter runtime is serving. It must pass, not time out.

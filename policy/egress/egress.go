@@ -182,6 +182,7 @@ type Controller struct {
 	blockMu  sync.Mutex
 	blocked  map[netip.Addr]blockedAddr
 	resolved map[string]time.Time // denied name → its addresses' expiry
+	events   eventLog             // diagnostics events (plain.go)
 }
 
 // Bounds of Controller.seen.

@@ -267,8 +267,9 @@ func (s *Controller) newProxy() (*tproxy.Proxy, error) {
 		OriginalDst: nft.OriginalDst,
 		Intercept:   v.Intercepts,
 		// Nothing authenticates a plaintext upstream: inject only when
-		// the sandbox's own resolver sent the request's host there.
-		TrustPlainHTTP: s.resolvesTo,
+		// the sandbox's own resolver sent the request's host there, or
+		// an explicit IP or CIDR rule allows the address (plain.go).
+		TrustPlainHTTP: s.plainTrust,
 		Inject: func(req *http.Request) ([]string, error) {
 			inj, err := v.Inject(req)
 			return inj.Secrets, err

@@ -144,6 +144,7 @@ func (r *Runtime) Restore(ctx context.Context, spec runtimes.Spec) (runtimes.San
 
 // Destroy removes the workspace.
 func (r *Runtime) Destroy(ctx context.Context, spec runtimes.Spec) error {
+	unlockSystemFiles(fsDir(spec))
 	if err := os.RemoveAll(fsDir(spec)); err != nil {
 		return fmt.Errorf("remove workspace: %w", err)
 	}
@@ -167,7 +168,7 @@ func (r *Runtime) open(spec runtimes.Spec) (*Sandbox, error) {
 		env[k] = v
 	}
 	var eg engine.Egress = spec.Egress // nil stays nil: no network
-	s := &Sandbox{rt: r, root: root, mem: mem, env: env, egress: eg, created: time.Now()}
+	s := &Sandbox{rt: r, root: root, mem: mem, env: env, egress: eg, created: time.Now(), hostname: hostnameOf(spec.ID, spec.Env)}
 	s.shell = wsh.Options{
 		Root: root,
 		Programs: map[string]wsh.Program{
@@ -177,6 +178,7 @@ func (r *Runtime) open(spec runtimes.Spec) (*Sandbox, error) {
 		},
 		Env:              env,
 		MemoryLimitBytes: mem,
+		HTTP:             eg,
 		UnknownHint:      "(this is a wasm sandbox: only python, python3, node and built-in utilities run here; to run other programs, create the sandbox from a container image with `hybox sandbox create --image IMAGE --runtime runc` (in the API: extensions {\"hybox.io/runtime\":\"runc\"}))",
 	}
 	return s, nil
@@ -196,6 +198,9 @@ func (s *Sandbox) handler() (*execd.Handler, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.execd == nil {
+		if err := s.systemFiles(); err != nil {
+			return nil, err
+		}
 		eo := s.rt.opts.Exec
 		eo.Executor = s
 		h, err := execd.New(eo)
@@ -217,6 +222,10 @@ type Sandbox struct {
 	shell   wsh.Options
 	execd   *execd.Handler
 	created time.Time
+	// hostname and sysDone: the system files, written on first use (etc.go).
+	hostname string
+	sysMu    sync.Mutex
+	sysDone  bool
 
 	mu     sync.Mutex
 	paused bool
@@ -311,6 +320,9 @@ func (s *Sandbox) NewInterpreter(ctx context.Context, language, cwd string) (exe
 			return nil, err
 		}
 	}
+	if err := s.systemFiles(); err != nil {
+		return nil, err
+	}
 	switch language {
 	case "python":
 		return s.rt.opts.Python.NewInterpreter(ctx, s.root, cwd, s.mem, s.egress)
@@ -345,6 +357,9 @@ func (s *Sandbox) StartCommand(ctx context.Context, spec execd.ProcessSpec) (exe
 	if spec.UID != nil || spec.GID != nil {
 		return nil, fmt.Errorf("%w: uid/gid are not available in a wasm sandbox", execd.ErrNotSupported)
 	}
+	if err := s.systemFiles(); err != nil {
+		return nil, err
+	}
 	cwd := spec.Cwd
 	if cwd == "" {
 		cwd = defaultCwd
@@ -363,6 +378,9 @@ func (s *Sandbox) StartCommand(ctx context.Context, spec execd.ProcessSpec) (exe
 
 // NewSession starts a persistent shell.
 func (s *Sandbox) NewSession(ctx context.Context, cwd string, env map[string]string) (execd.Session, error) {
+	if err := s.systemFiles(); err != nil {
+		return nil, err
+	}
 	if cwd == "" {
 		cwd = defaultCwd
 	}

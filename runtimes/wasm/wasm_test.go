@@ -103,7 +103,7 @@ func TestEgress(t *testing.T) {
 			if !c.cmds {
 				return
 			}
-			for _, cmd := range []string{"python3 get.py " + c.url, "node get.js " + c.url} {
+			for _, cmd := range []string{"python3 get.py " + c.url, "node get.js " + c.url, "curl -sS " + c.url, "wget -O- " + c.url} {
 				var out bytes.Buffer
 				p, err := be.StartCommand(context.Background(), execd.ProcessSpec{Command: cmd, Stdout: &out, Stderr: &out})
 				require.NoError(t, err)

@@ -2,6 +2,7 @@ package tproxy_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
@@ -9,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -183,10 +185,15 @@ func TestPlainHTTP(t *testing.T) {
 // so; the same request to a trusted address is intercepted.
 func TestPlainHTTPUntrustedDestination(t *testing.T) {
 	for _, trusted := range []bool{false, true} {
+		var logs syncBuffer
 		e := newEnv(t, dstHTTP, func(_ *env, cfg *tproxy.Config) {
-			cfg.TrustPlainHTTP = func(host string, dst netip.AddrPort) bool {
-				return trusted && host == boundHost && dst == dstHTTP
+			cfg.TrustPlainHTTP = func(host string, dst netip.AddrPort) error {
+				if trusted && host == boundHost && dst == dstHTTP {
+					return nil
+				}
+				return errors.New("no credential added: the reason")
 			}
+			cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 		})
 		rec := &recorder{}
 		e.plainUpstream(dstHTTP, rec)
@@ -201,6 +208,8 @@ func TestPlainHTTPUntrustedDestination(t *testing.T) {
 		} else {
 			assert.Empty(t, got[0].auth, "no credential to an address the host does not resolve to")
 			assert.Empty(t, e.injectedURLs())
+			assert.Contains(t, logs.String(), `msg="tproxy: plaintext request for a bound host spliced without credentials"`)
+			assert.Contains(t, logs.String(), `reason="no credential added: the reason"`, "the log line says why")
 		}
 	}
 }
@@ -698,4 +707,22 @@ func TestHTTP2Intercepted(t *testing.T) {
 	s := <-got
 	assert.Equal(t, 2, s.proto, "the upstream side speaks HTTP/2")
 	assert.Equal(t, "Bearer "+secret, s.auth)
+}
+
+// syncBuffer is a bytes.Buffer safe for the proxy's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

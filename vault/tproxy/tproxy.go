@@ -84,13 +84,15 @@ type Config struct {
 	// destination port are terminated and their HTTP requests passed to
 	// Inject. Nil intercepts nothing: every connection is spliced.
 	Intercept func(host string, port int) bool
-	// TrustPlainHTTP, when set, must also agree before a plaintext HTTP
-	// connection is intercepted: nothing authenticates a plaintext
-	// upstream, so a workload could send a bound Host header to any
-	// address it may reach. The caller checks that host really resolves
-	// to dst (for example, through the sandbox's own DNS answers). Nil
-	// trusts every plaintext connection that Intercept accepts.
-	TrustPlainHTTP func(host string, dst netip.AddrPort) bool
+	// TrustPlainHTTP, when set, must also agree (answer nil) before a
+	// plaintext HTTP connection is intercepted: nothing authenticates a
+	// plaintext upstream, so a workload could send a bound Host header to
+	// any address it may reach. The caller checks that host really
+	// resolves to dst (for example, through the sandbox's own DNS answers)
+	// or that dst is trusted otherwise; its error says why not, and is
+	// logged with the spliced connection. Nil trusts every plaintext
+	// connection that Intercept accepts.
+	TrustPlainHTTP func(host string, dst netip.AddrPort) error
 	// Inject sets credentials on an intercepted request before it is
 	// forwarded. req.URL is absolute (scheme://host:port/path?query, scheme
 	// "http" for plaintext connections) and req.Host is the Host header.
@@ -412,10 +414,12 @@ func (p *Proxy) handle(c net.Conn) {
 		s.splice()
 		return
 	}
-	if p.cfg.TrustPlainHTTP != nil && !p.cfg.TrustPlainHTTP(host, dst) {
-		s.log.Warn("tproxy: plaintext request for a bound host to an address it does not resolve to; spliced without credentials", "host", host, "dst", dst)
-		s.splice()
-		return
+	if p.cfg.TrustPlainHTTP != nil {
+		if err := p.cfg.TrustPlainHTTP(host, dst); err != nil {
+			s.log.Warn("tproxy: plaintext request for a bound host spliced without credentials", "host", host, "dst", dst, "reason", err)
+			s.splice()
+			return
+		}
 	}
 	s.log.Debug("tproxy: intercept (HTTP)", "host", host)
 	s.dropUpstream()

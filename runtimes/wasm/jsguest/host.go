@@ -272,6 +272,9 @@ func (v *vm) fsOp(args []uint32) uint32 {
 	}
 	r := v.root
 	name := v.resolve(p)
+	if sc := systemSyscall(op, name, func() string { return v.resolve(a) }); sc != "" {
+		return v.throw("Error", "EROFS", "EROFS: read-only file system, "+sc+" '"+p+"'", "syscall", sc, "path", p)
+	}
 	switch op {
 	case "read", "readText":
 		st, err := r.Stat(name)

@@ -699,9 +699,21 @@
     types: { isPromise: (v) => v instanceof Promise, isDate: (v) => v instanceof Date, isRegExp: (v) => v instanceof RegExp },
     TextEncoder: G.TextEncoder, TextDecoder: G.TextDecoder,
   };
+  // os answers from the sandbox's /etc and /proc (written by the host), as
+  // the shell's hostname, id and nproc do.
+  const sysFile = (f) => { try { return host.fs('readText', f); } catch (e) { return ''; } };
+  const memKB = (key) => Number((sysFile('/proc/meminfo').match(new RegExp('^' + key + ':\\s*(\\d+)', 'm')) || [])[1] || 0);
   const os = {
-    EOL: '\n', platform: () => 'linux', type: () => 'Linux', arch: () => 'wasm32', cpus: () => [],
-    homedir: () => '/', tmpdir: () => '/tmp', hostname: () => 'sandbox', totalmem: () => 0, freemem: () => 0,
+    EOL: '\n', platform: () => 'linux', type: () => 'Linux', arch: () => 'wasm32', release: () => '6.1.0-hybox',
+    cpus: () => [{ model: 'WebAssembly (wasm32)', speed: 0, times: { user: 0, nice: 0, sys: 0, idle: 0, irq: 0 } }],
+    homedir: () => process.env.HOME || '/', tmpdir: () => '/tmp',
+    hostname: () => sysFile('/etc/hostname').trim() || 'localhost',
+    totalmem: () => memKB('MemTotal') * 1024, freemem: () => memKB('MemAvailable') * 1024,
+    userInfo: () => {
+      const line = sysFile('/etc/passwd').split('\n').find((l) => l.split(':')[2] === '1000') || 'user:x:1000:1000::/home/user:/bin/sh';
+      const f = line.split(':');
+      return { username: f[0], uid: Number(f[2]), gid: Number(f[3]), homedir: f[5], shell: f[6] || null };
+    },
   };
   const builtins = { fs, 'fs/promises': promises, path, util, os, buffer: { Buffer }, process, timers: { setTimeout: G.setTimeout, setInterval: G.setInterval, clearTimeout, clearInterval: clearTimer } };
   const moduleCache = new Map();

@@ -38,7 +38,7 @@ import (
 	"github.com/hybox-dev/hybox/runtimes/wasm/engine"
 )
 
-//go:embed site/sitecustomize.py site/hybox_http.py
+//go:embed site/sitecustomize.py site/hybox_http.py site/hybox_pwd.py site/pwd.py site/grp.py
 var siteFiles embed.FS
 
 // siteDir is where site/ is mounted, read-only, in every guest; it is on

@@ -32,7 +32,7 @@ import (
 //
 // Errors reach the guest as errno values: those of the underlying system
 // calls, EPERM for a path or symlink that would leave the root, ELOOP for
-// O_NOFOLLOW on a symlink.
+// O_NOFOLLOW on a symlink, EROFS for a change in SystemDirs.
 func New(root *os.Root) experimentalsys.FS {
 	if root == nil {
 		return NewSwitch()
@@ -64,6 +64,9 @@ func (r *rootFS) OpenFile(path string, flag experimentalsys.Oflag, perm fs.FileM
 	name := relPath(path)
 	if flag&experimentalsys.O_DIRECTORY != 0 && flag&(experimentalsys.O_WRONLY|experimentalsys.O_RDWR) != 0 {
 		return nil, experimentalsys.EISDIR
+	}
+	if IsSystem(name) && flag&(experimentalsys.O_WRONLY|experimentalsys.O_RDWR|experimentalsys.O_CREAT|experimentalsys.O_TRUNC|experimentalsys.O_APPEND) != 0 {
+		return nil, experimentalsys.EROFS
 	}
 	if flag&experimentalsys.O_NOFOLLOW != 0 {
 		// os.Root always follows a final symlink (inside the root), so
@@ -133,6 +136,9 @@ func (r *rootFS) Stat(path string) (sys.Stat_t, experimentalsys.Errno) {
 
 // Mkdir implements experimentalsys.FS.
 func (r *rootFS) Mkdir(path string, perm fs.FileMode) experimentalsys.Errno {
+	if IsSystem(relPath(path)) {
+		return experimentalsys.EROFS
+	}
 	errno := toErrno(r.root.Mkdir(relPath(path), perm&fs.ModePerm))
 	if errno == experimentalsys.ENOTDIR {
 		// Same convention as wazero's own DirFS: a parent that is a file
@@ -144,12 +150,18 @@ func (r *rootFS) Mkdir(path string, perm fs.FileMode) experimentalsys.Errno {
 
 // Chmod implements experimentalsys.FS.
 func (r *rootFS) Chmod(path string, perm fs.FileMode) experimentalsys.Errno {
+	if IsSystem(relPath(path)) {
+		return experimentalsys.EROFS
+	}
 	return toErrno(r.root.Chmod(relPath(path), perm&fs.ModePerm))
 }
 
 // Rename implements experimentalsys.FS with POSIX semantics: a directory
 // may replace an empty directory (os.Root refuses that with EEXIST).
 func (r *rootFS) Rename(from, to string) experimentalsys.Errno {
+	if IsSystem(relPath(from)) || IsSystem(relPath(to)) {
+		return experimentalsys.EROFS
+	}
 	from, to = relPath(from), relPath(to)
 	if from == to {
 		return 0
@@ -182,6 +194,9 @@ func (r *rootFS) Rename(from, to string) experimentalsys.Errno {
 
 // Rmdir implements experimentalsys.FS.
 func (r *rootFS) Rmdir(path string) experimentalsys.Errno {
+	if IsSystem(relPath(path)) {
+		return experimentalsys.EROFS
+	}
 	name := relPath(path)
 	fi, err := r.root.Lstat(name)
 	if err != nil {
@@ -196,6 +211,9 @@ func (r *rootFS) Rmdir(path string) experimentalsys.Errno {
 // Unlink implements experimentalsys.FS. A symlink is removed itself, never
 // its target.
 func (r *rootFS) Unlink(path string) experimentalsys.Errno {
+	if IsSystem(relPath(path)) {
+		return experimentalsys.EROFS
+	}
 	name := relPath(path)
 	fi, err := r.root.Lstat(name)
 	if err != nil {
@@ -209,12 +227,18 @@ func (r *rootFS) Unlink(path string) experimentalsys.Errno {
 
 // Link implements experimentalsys.FS.
 func (r *rootFS) Link(oldPath, newPath string) experimentalsys.Errno {
+	if IsSystem(relPath(oldPath)) || IsSystem(relPath(newPath)) {
+		return experimentalsys.EROFS
+	}
 	return toErrno(r.root.Link(relPath(oldPath), relPath(newPath)))
 }
 
 // Symlink implements experimentalsys.FS. The target is stored as given;
 // following it later is confined to the root.
 func (r *rootFS) Symlink(oldPath, linkName string) experimentalsys.Errno {
+	if IsSystem(relPath(linkName)) {
+		return experimentalsys.EROFS
+	}
 	if oldPath == "" {
 		return experimentalsys.ENOENT
 	}
@@ -232,6 +256,9 @@ func (r *rootFS) Readlink(path string) (string, experimentalsys.Errno) {
 
 // Utimens implements experimentalsys.FS; symlinks are followed.
 func (r *rootFS) Utimens(path string, atim, mtim int64) experimentalsys.Errno {
+	if IsSystem(relPath(path)) {
+		return experimentalsys.EROFS
+	}
 	if atim == experimentalsys.UTIME_OMIT && mtim == experimentalsys.UTIME_OMIT {
 		return 0
 	}

@@ -564,3 +564,74 @@ func TestClosedRoot(t *testing.T) {
 	_, errno = fsys.Stat(".")
 	wantErrno(t, "Stat", errno, experimentalsys.EBADF)
 }
+
+func TestIsSystem(t *testing.T) {
+	for name, want := range map[string]bool{
+		"etc": true, "etc/passwd": true, "/etc/x/y": true, "./etc": true, "etc/": true,
+		"proc": true, "proc/self/status": true,
+		".": false, "etcetera": false, "tmp/etc": false, "workspace/etc/passwd": false, "": false, "process": false,
+	} {
+		if got := IsSystem(name); got != want {
+			t.Errorf("IsSystem(%q) = %v, want %v", name, got, want)
+		}
+	}
+}
+
+// TestSystemReadOnly checks that every call that would change the sandbox's
+// /etc fails with EROFS while reads work.
+func TestSystemReadOnly(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "etc", "passwd"), []byte("root:x:0:0::/:/bin/sh\n"), 0o444); err != nil {
+		t.Fatal(err)
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { root.Close() })
+	fsys := New(root)
+	f, errno := fsys.OpenFile("etc/passwd", experimentalsys.O_RDONLY, 0)
+	if errno != 0 {
+		t.Fatalf("read open: %v", errno)
+	}
+	f.Close()
+	if _, errno := fsys.OpenFile("tmpfile", experimentalsys.O_CREAT|experimentalsys.O_WRONLY, 0o644); errno != 0 {
+		t.Fatalf("create outside etc: %v", errno)
+	}
+	for name, call := range map[string]func() experimentalsys.Errno{
+		"open write": func() experimentalsys.Errno {
+			_, e := fsys.OpenFile("etc/passwd", experimentalsys.O_WRONLY, 0)
+			return e
+		},
+		"open create": func() experimentalsys.Errno {
+			_, e := fsys.OpenFile("etc/new", experimentalsys.O_CREAT|experimentalsys.O_RDONLY, 0o644)
+			return e
+		},
+		"open trunc": func() experimentalsys.Errno {
+			_, e := fsys.OpenFile("/etc/passwd", experimentalsys.O_TRUNC, 0)
+			return e
+		},
+		"mkdir":       func() experimentalsys.Errno { return fsys.Mkdir("etc/d", 0o755) },
+		"chmod":       func() experimentalsys.Errno { return fsys.Chmod("etc/passwd", 0o777) },
+		"rename from": func() experimentalsys.Errno { return fsys.Rename("etc/passwd", "stolen") },
+		"rename to":   func() experimentalsys.Errno { return fsys.Rename("tmpfile", "etc/passwd") },
+		"rename dir":  func() experimentalsys.Errno { return fsys.Rename("etc", "etc2") },
+		"rmdir":       func() experimentalsys.Errno { return fsys.Rmdir("etc") },
+		"unlink":      func() experimentalsys.Errno { return fsys.Unlink("etc/passwd") },
+		"link from":   func() experimentalsys.Errno { return fsys.Link("etc/passwd", "hard") },
+		"link to":     func() experimentalsys.Errno { return fsys.Link("tmpfile", "etc/hard") },
+		"symlink":     func() experimentalsys.Errno { return fsys.Symlink("/tmpfile", "etc/sym") },
+		"utimens":     func() experimentalsys.Errno { return fsys.Utimens("etc/passwd", 0, 0) },
+	} {
+		if errno := call(); errno != experimentalsys.EROFS {
+			t.Errorf("%s: errno %v, want EROFS", name, errno)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "etc", "passwd"))
+	if err != nil || string(b) != "root:x:0:0::/:/bin/sh\n" {
+		t.Errorf("passwd changed: %q %v", b, err)
+	}
+}

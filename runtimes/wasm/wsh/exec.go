@@ -233,7 +233,7 @@ func (sh *shell) runProgram(ctx context.Context, p *proc, prog Program) int {
 		Stdin:            p.stdin,
 		Stdout:           p.stdout,
 		Stderr:           p.stderr,
-		Root:             sh.root,
+		Root:             sh.opts.Root,
 		Cwd:              p.dir,
 		Env:              maps.Clone(p.env),
 		MemoryLimitBytes: sh.opts.MemoryLimitBytes,

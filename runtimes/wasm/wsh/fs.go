@@ -112,6 +112,8 @@ func errText(err error) string {
 		return "Directory not empty"
 	case errors.Is(err, syscall.ELOOP):
 		return "Too many levels of symbolic links"
+	case errors.Is(err, syscall.EROFS):
+		return "Read-only file system"
 	}
 	if s := err.Error(); strings.Contains(s, "escapes from parent") {
 		return "Permission denied (outside the workspace)"

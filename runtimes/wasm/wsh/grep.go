@@ -96,7 +96,7 @@ func grepUtil(ctx context.Context, p *proc) int {
 		return 2
 	}
 	files := f.rest
-	pat := f.val['e']
+	pat := strings.Join(f.vals['e'], "\n") // each -e is one more pattern
 	if !f.on['e'] {
 		if len(files) == 0 {
 			p.errorf("no pattern given")

@@ -637,7 +637,7 @@ func unameUtil(_ context.Context, p *proc) int {
 	parts := []struct {
 		c byte
 		v string
-	}{{'s', "Linux"}, {'n', "hybox"}, {'r', "6.1.0-hybox"}, {'v', "#1 SMP"}, {'m', "wasm32"}, {'o', "hybox"}}
+	}{{'s', "Linux"}, {'n', p.hostname()}, {'r', "6.1.0-hybox"}, {'v', "#1 SMP"}, {'m', "wasm32"}, {'o', "hybox"}}
 	var out []string
 	for _, pt := range parts {
 		if f.on['a'] || f.on[pt.c] || (pt.c == 's' && len(f.on) == 0) || (pt.c == 'm' && f.has("pi")) {

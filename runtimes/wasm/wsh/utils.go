@@ -66,13 +66,21 @@ func (sh *shell) utility(name string) utility {
 	case "which":
 		return whichUtil
 	case "whoami":
-		return constUtil("user")
+		return whoamiUtil
 	case "hostname":
-		return constUtil("hybox")
+		return hostnameUtil
+	case "groups":
+		return groupsUtil
+	case "getent":
+		return getentUtil
 	case "nproc":
 		return constUtil("1")
 	case "id":
-		return constUtil("uid=1000(user) gid=1000(user) groups=1000(user)")
+		return idUtil
+	case "curl":
+		return curlUtil
+	case "wget":
+		return wgetUtil
 	case "uname":
 		return unameUtil
 	case "xargs":
@@ -137,7 +145,8 @@ func echoUtil(_ context.Context, p *proc) int {
 // flagSet is the result of parseFlags.
 type flagSet struct {
 	on   map[byte]bool
-	val  map[byte]string
+	val  map[byte]string   // the last value of each letter
+	vals map[byte][]string // every value of each letter, in order
 	rest []string
 }
 
@@ -156,7 +165,8 @@ func (f flagSet) has(s string) bool {
 // letters ("--recursive" → 'r'; a long option with "=" sets a value).
 // Options and operands may be mixed, as with GNU tools; "--" ends options.
 func (p *proc) parseFlags(args []string, bools, vals string, long map[string]byte) (flagSet, bool) {
-	f := flagSet{on: map[byte]bool{}, val: map[byte]string{}}
+	f := flagSet{on: map[byte]bool{}, val: map[byte]string{}, vals: map[byte][]string{}}
+
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		switch {
@@ -173,6 +183,7 @@ func (p *proc) parseFlags(args []string, bools, vals string, long map[string]byt
 			f.on[c] = true
 			if hasV {
 				f.val[c] = v
+				f.vals[c] = append(f.vals[c], v)
 			} else if strings.IndexByte(vals, c) >= 0 {
 				if i+1 >= len(args) {
 					p.errorf("option '%s' requires an argument", a)
@@ -180,6 +191,7 @@ func (p *proc) parseFlags(args []string, bools, vals string, long map[string]byt
 				}
 				i++
 				f.val[c] = args[i]
+				f.vals[c] = append(f.vals[c], args[i])
 			}
 		case len(a) > 1 && a[0] == '-':
 			for j := 1; j < len(a); j++ {
@@ -189,9 +201,11 @@ func (p *proc) parseFlags(args []string, bools, vals string, long map[string]byt
 					f.on[c] = true
 					if j+1 < len(a) {
 						f.val[c] = a[j+1:]
+						f.vals[c] = append(f.vals[c], a[j+1:])
 					} else if i+1 < len(args) {
 						i++
 						f.val[c] = args[i]
+						f.vals[c] = append(f.vals[c], args[i])
 					} else {
 						p.errorf("option requires an argument -- '%c'", c)
 						return f, false

@@ -70,6 +70,9 @@ type Options struct {
 	MemoryLimitBytes int64
 	// UnknownHint is appended to "command not found" messages.
 	UnknownHint string
+	// HTTP is the sandbox's egress, which curl and wget send their
+	// requests through (nil: no network).
+	HTTP engine.Egress
 }
 
 // Validate reports whether the options can be used.
@@ -85,7 +88,7 @@ func (o Options) Validate() error {
 
 // shell is the configuration shared by every runner of one Run or Session.
 type shell struct {
-	root *os.Root
+	root sysRoot // opts.Root, /etc read-only
 	opts Options
 }
 
@@ -106,7 +109,7 @@ func Run(ctx context.Context, opts Options, src, cwd string, env map[string]stri
 	if err := opts.Validate(); err != nil {
 		return 1, err
 	}
-	sh := &shell{root: opts.Root, opts: opts}
+	sh := &shell{root: sysRoot{opts.Root}, opts: opts}
 	stdout, stderr = lockWriters(stdout, stderr)
 	if stdin != nil {
 		if _, ok := stdin.(*os.File); !ok {
@@ -306,7 +309,7 @@ func NewSession(opts Options, cwd string, env map[string]string) (*Session, erro
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	sh := &shell{root: opts.Root, opts: opts}
+	sh := &shell{root: sysRoot{opts.Root}, opts: opts}
 	r, err := sh.newRunner(cwd, sh.baseEnv(env), nil, io.Discard, io.Discard)
 	if err != nil {
 		return nil, err

@@ -7,6 +7,42 @@ import (
 	"time"
 )
 
+// Defines values for DiagnosticContentResponseDelivery.
+const (
+	DiagnosticContentResponseDeliveryInline DiagnosticContentResponseDelivery = "inline"
+	DiagnosticContentResponseDeliveryURL    DiagnosticContentResponseDelivery = "url"
+)
+
+// Valid indicates whether the value is a known member of the DiagnosticContentResponseDelivery enum.
+func (e DiagnosticContentResponseDelivery) Valid() bool {
+	switch e {
+	case DiagnosticContentResponseDeliveryInline:
+		return true
+	case DiagnosticContentResponseDeliveryURL:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for DiagnosticContentResponseKind.
+const (
+	DiagnosticContentResponseKindEvents DiagnosticContentResponseKind = "events"
+	DiagnosticContentResponseKindLogs   DiagnosticContentResponseKind = "logs"
+)
+
+// Valid indicates whether the value is a known member of the DiagnosticContentResponseKind enum.
+func (e DiagnosticContentResponseKind) Valid() bool {
+	switch e {
+	case DiagnosticContentResponseKindEvents:
+		return true
+	case DiagnosticContentResponseKindLogs:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ErrorCode.
 const (
 	ErrorCodeCONFLICT                ErrorCode = "CONFLICT"
@@ -493,6 +529,24 @@ func (e ExecdAttachPtyParamsUpgrade) Valid() bool {
 	}
 }
 
+// Defines values for GetSandboxDiagnosticEventsParamsScope.
+const (
+	GetSandboxDiagnosticEventsParamsScopeAll     GetSandboxDiagnosticEventsParamsScope = "all"
+	GetSandboxDiagnosticEventsParamsScopeNetwork GetSandboxDiagnosticEventsParamsScope = "network"
+)
+
+// Valid indicates whether the value is a known member of the GetSandboxDiagnosticEventsParamsScope enum.
+func (e GetSandboxDiagnosticEventsParamsScope) Valid() bool {
+	switch e {
+	case GetSandboxDiagnosticEventsParamsScopeAll:
+		return true
+	case GetSandboxDiagnosticEventsParamsScopeNetwork:
+		return true
+	default:
+		return false
+	}
+}
+
 // CodeContext defines model for CodeContext.
 type CodeContext struct {
 	Cwd string `json:"cwd,omitempty,omitzero"`
@@ -622,11 +676,12 @@ type CreateSandboxRequest struct {
 
 	// Extensions Free-form string settings, stored and echoed. hybox reads `hybox.io/runtime`, which
 	// picks the runtime: `wasm` (in-process WebAssembly: python, javascript, typescript, bash built-ins;
-	// no ports, no PTY, no host volumes), `runc` (OCI container) or `runsc` (OCI container
+	// no ports, no PTY, no volumes), `runc` (OCI container) or `runsc` (OCI container
 	// under gVisor). An unknown or unavailable runtime is a 400. `poolRef` names a warm pool
 	// (tag `pools`) to claim from: the image may then be omitted (the pool's is used), and an
 	// unknown pool, another image or volumes are a 400. Without `poolRef` a create still
-	// claims from a pool whose image and runtime match.
+	// claims from a pool whose image and runtime match. hybox reads
+	// `access.renew.extend.seconds` too (OpenSandbox's renew on access).
 	Extensions Extensions `json:"extensions,omitempty,omitzero"`
 	Image      ImageSpec  `json:"image"`
 
@@ -667,6 +722,29 @@ type CreateVolumeRequest struct {
 type CredentialProxy struct {
 	Enabled bool `json:"enabled,omitempty,omitzero"`
 }
+
+// DiagnosticContentResponse A diagnostic text payload, delivered inline.
+type DiagnosticContentResponse struct {
+	Content       string `json:"content"`
+	ContentLength int    `json:"contentLength,omitempty,omitzero"`
+
+	// ContentType Examples: text/plain; charset=utf-8
+	ContentType string                            `json:"contentType"`
+	Delivery    DiagnosticContentResponseDelivery `json:"delivery"`
+	Kind        DiagnosticContentResponseKind     `json:"kind"`
+	SandboxID   string                            `json:"sandboxId"`
+	Scope       string                            `json:"scope"`
+
+	// Truncated Older events were dropped (at most the latest 256 are kept).
+	Truncated bool     `json:"truncated"`
+	Warnings  []string `json:"warnings,omitempty,omitzero"`
+}
+
+// DiagnosticContentResponseDelivery defines model for DiagnosticContentResponse.Delivery.
+type DiagnosticContentResponseDelivery string
+
+// DiagnosticContentResponseKind defines model for DiagnosticContentResponse.Kind.
+type DiagnosticContentResponseKind string
 
 // EgressRule defines model for EgressRule.
 type EgressRule struct {
@@ -822,11 +900,12 @@ type ExecError struct {
 
 // Extensions Free-form string settings, stored and echoed. hybox reads `hybox.io/runtime`, which
 // picks the runtime: `wasm` (in-process WebAssembly: python, javascript, typescript, bash built-ins;
-// no ports, no PTY, no host volumes), `runc` (OCI container) or `runsc` (OCI container
+// no ports, no PTY, no volumes), `runc` (OCI container) or `runsc` (OCI container
 // under gVisor). An unknown or unavailable runtime is a 400. `poolRef` names a warm pool
 // (tag `pools`) to claim from: the image may then be omitted (the pool's is used), and an
 // unknown pool, another image or volumes are a 400. Without `poolRef` a create still
-// claims from a pool whose image and runtime match.
+// claims from a pool whose image and runtime match. hybox reads
+// `access.renew.extend.seconds` too (OpenSandbox's renew on access).
 type Extensions = map[string]string
 
 // FileInfo defines model for FileInfo.
@@ -1264,11 +1343,12 @@ type Sandbox struct {
 
 	// Extensions Free-form string settings, stored and echoed. hybox reads `hybox.io/runtime`, which
 	// picks the runtime: `wasm` (in-process WebAssembly: python, javascript, typescript, bash built-ins;
-	// no ports, no PTY, no host volumes), `runc` (OCI container) or `runsc` (OCI container
+	// no ports, no PTY, no volumes), `runc` (OCI container) or `runsc` (OCI container
 	// under gVisor). An unknown or unavailable runtime is a 400. `poolRef` names a warm pool
 	// (tag `pools`) to claim from: the image may then be omitted (the pool's is used), and an
 	// unknown pool, another image or volumes are a 400. Without `poolRef` a create still
-	// claims from a pool whose image and runtime match.
+	// claims from a pool whose image and runtime match. hybox reads
+	// `access.renew.extend.seconds` too (OpenSandbox's renew on access).
 	Extensions Extensions `json:"extensions,omitempty,omitzero"`
 	ID         string     `json:"id"`
 	Image      ImageSpec  `json:"image"`
@@ -1840,6 +1920,16 @@ type ListSandboxesParams struct {
 	// PageSize Page size; values above 200 are taken as 200.
 	PageSize int64 `form:"pageSize,omitempty" json:"pageSize,omitempty,omitzero"`
 }
+
+// GetSandboxDiagnosticEventsParams defines parameters for GetSandboxDiagnosticEvents.
+type GetSandboxDiagnosticEventsParams struct {
+	// Scope `network` or `all` (the same events). OpenSandbox leaves the scopes to the server;
+	// another one is a 400.
+	Scope GetSandboxDiagnosticEventsParamsScope `form:"scope" json:"scope"`
+}
+
+// GetSandboxDiagnosticEventsParamsScope defines parameters for GetSandboxDiagnosticEvents.
+type GetSandboxDiagnosticEventsParamsScope string
 
 // GetSandboxEndpointParams defines parameters for GetSandboxEndpoint.
 type GetSandboxEndpointParams struct {

@@ -232,6 +232,33 @@ export interface paths {
     };
     "/sandboxes/{id}/proxy/{port}": components["pathItems"]["SandboxProxy"];
     "/sandboxes/{id}/proxy/{port}/{path}": components["pathItems"]["SandboxProxyPath"];
+    "/sandboxes/{id}/diagnostics/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox id (a UUID v4). */
+                id: components["parameters"]["SandboxId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * A sandbox's diagnostic events, as text.
+         * @description OpenSandbox's diagnostics API: a descriptor whose `content` is display-oriented text, one
+         *     event a line (`<RFC 3339 time> <scope> <what happened>`), not a stable schema. hybox keeps
+         *     the latest 256 events of each sandbox in memory (a restart forgets them) and delivers
+         *     them inline. Today they come from the `network` scope: why the credential proxy added
+         *     or did not add a credential to a plaintext HTTP request for a bound host.
+         */
+        get: operations["getSandboxDiagnosticEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/run": {
         parameters: {
             query?: never;
@@ -1264,16 +1291,31 @@ export interface components {
         /**
          * @description Free-form string settings, stored and echoed. hybox reads `hybox.io/runtime`, which
          *     picks the runtime: `wasm` (in-process WebAssembly: python, javascript, typescript, bash built-ins;
-         *     no ports, no PTY, no host volumes), `runc` (OCI container) or `runsc` (OCI container
+         *     no ports, no PTY, no volumes), `runc` (OCI container) or `runsc` (OCI container
          *     under gVisor). An unknown or unavailable runtime is a 400. `poolRef` names a warm pool
          *     (tag `pools`) to claim from: the image may then be omitted (the pool's is used), and an
          *     unknown pool, another image or volumes are a 400. Without `poolRef` a create still
-         *     claims from a pool whose image and runtime match.
+         *     claims from a pool whose image and runtime match. hybox reads
+         *     `access.renew.extend.seconds` too (OpenSandbox's renew on access).
          */
         Extensions: {
             /** @enum {string} */
             "hybox.io/runtime"?: "wasm" | "runc" | "runsc";
             poolRef?: string;
+            /**
+             * @description Renew on access, as OpenSandbox defines it: seconds from 300 to 86400, as a base-10
+             *     integer string (no sign, spaces or leading zeros; anything else is a 400
+             *     `INVALID_REQUEST`; empty means not given). Traffic that reaches a Running sandbox
+             *     with an expiry through the proxy route or the ingress router (its execd API, its
+             *     egress API, its ports) moves `expiresAt` to now plus this many seconds, never
+             *     earlier than it is. To bound the writes, a renewal happens only when it moves
+             *     `expiresAt` by more than a minute, so while traffic lasts `expiresAt` stays within
+             *     a minute of now plus this value. Lifecycle requests do not renew; a sandbox without
+             *     expiry has nothing to renew; a paused one is not renewed.
+             * @example 300
+             * @example 1800
+             */
+            "access.renew.extend.seconds"?: string;
         } & {
             [key: string]: string;
         };
@@ -1365,6 +1407,22 @@ export interface components {
         RenewExpirationResponse: {
             /** Format: date-time */
             expiresAt: string;
+        };
+        /** @description A diagnostic text payload, delivered inline. */
+        DiagnosticContentResponse: {
+            sandboxId: string;
+            /** @enum {string} */
+            kind: "logs" | "events";
+            scope: string;
+            /** @enum {string} */
+            delivery: "inline" | "url";
+            /** @example text/plain; charset=utf-8 */
+            contentType: string;
+            content: string;
+            contentLength?: number;
+            /** @description Older events were dropped (at most the latest 256 are kept). */
+            truncated: boolean;
+            warnings?: string[];
         };
         Endpoint: {
             /** @description `host[:port][/path]`, without a scheme. */
@@ -3205,6 +3263,38 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Endpoint"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["SandboxNotFound"];
+        };
+    };
+    getSandboxDiagnosticEvents: {
+        parameters: {
+            query: {
+                /**
+                 * @description `network` or `all` (the same events). OpenSandbox leaves the scopes to the server;
+                 *     another one is a 400.
+                 */
+                scope: "network" | "all";
+            };
+            header?: never;
+            path: {
+                /** @description The sandbox id (a UUID v4). */
+                id: components["parameters"]["SandboxId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The events. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DiagnosticContentResponse"];
                 };
             };
             400: components["responses"]["BadRequest"];

@@ -152,11 +152,12 @@ class Extensions(BaseModel):
     """
     Free-form string settings, stored and echoed. hybox reads `hybox.io/runtime`, which
     picks the runtime: `wasm` (in-process WebAssembly: python, javascript, typescript, bash built-ins;
-    no ports, no PTY, no host volumes), `runc` (OCI container) or `runsc` (OCI container
+    no ports, no PTY, no volumes), `runc` (OCI container) or `runsc` (OCI container
     under gVisor). An unknown or unavailable runtime is a 400. `poolRef` names a warm pool
     (tag `pools`) to claim from: the image may then be omitted (the pool's is used), and an
     unknown pool, another image or volumes are a 400. Without `poolRef` a create still
-    claims from a pool whose image and runtime match.
+    claims from a pool whose image and runtime match. hybox reads
+    `access.renew.extend.seconds` too (OpenSandbox's renew on access).
 
     """
 
@@ -170,6 +171,26 @@ class Extensions(BaseModel):
         Literal['wasm', 'runc', 'runsc'] | None, Field(alias='hybox.io/runtime')
     ] = None
     poolRef: str | None = None
+    access_renew_extend_seconds: Annotated[
+        str | None,
+        Field(
+            alias='access.renew.extend.seconds',
+            examples=['300', '1800'],
+            pattern='^$|^(30[0-9]|3[1-9][0-9]|[4-9][0-9]{2}|[1-9][0-9]{3}|[1-7][0-9]{4}|8[0-5][0-9]{3}|86[0-3][0-9]{2}|86400)$',
+        ),
+    ] = None
+    """
+    Renew on access, as OpenSandbox defines it: seconds from 300 to 86400, as a base-10
+    integer string (no sign, spaces or leading zeros; anything else is a 400
+    `INVALID_REQUEST`; empty means not given). Traffic that reaches a Running sandbox
+    with an expiry through the proxy route or the ingress router (its execd API, its
+    egress API, its ports) moves `expiresAt` to now plus this many seconds, never
+    earlier than it is. To bound the writes, a renewal happens only when it moves
+    `expiresAt` by more than a minute, so while traffic lasts `expiresAt` stays within
+    a minute of now plus this value. Lifecycle requests do not renew; a sandbox without
+    expiry has nothing to renew; a paused one is not renewed.
+
+    """
 
 
 class ResourceLimits(BaseModel):
@@ -239,6 +260,28 @@ class RenewExpirationRequest(BaseModel):
 
 class RenewExpirationResponse(BaseModel):
     expiresAt: AwareDatetime
+
+
+class DiagnosticContentResponse(BaseModel):
+    """
+    A diagnostic text payload, delivered inline.
+    """
+
+    model_config = ConfigDict(
+        extra='forbid',
+    )
+    sandboxId: str
+    kind: Literal['logs', 'events']
+    scope: str
+    delivery: Literal['inline', 'url']
+    contentType: Annotated[str, Field(examples=['text/plain; charset=utf-8'])]
+    content: str
+    contentLength: Annotated[int | None, Field(ge=0)] = None
+    truncated: bool
+    """
+    Older events were dropped (at most the latest 256 are kept).
+    """
+    warnings: list[str] | None = None
 
 
 class Endpoint(BaseModel):

@@ -419,4 +419,20 @@ def _install_http_client(client):
     client._hybox_installed = True
 
 
-_INSTALLERS = {"urllib.request": _install_urllib, "http.client": _install_http_client}
+def _install_socket(socket):
+    """WASI's socket module has no gethostname: it answers the sandbox's
+    /etc/hostname, as the shell's hostname does."""
+    if hasattr(socket, "gethostname"):
+        return
+
+    def gethostname():
+        try:
+            with open("/etc/hostname") as f:
+                return f.readline().strip() or "localhost"
+        except OSError:
+            return "localhost"
+
+    socket.gethostname = gethostname
+
+
+_INSTALLERS = {"urllib.request": _install_urllib, "http.client": _install_http_client, "socket": _install_socket}

@@ -10,6 +10,10 @@
 #    sys.path): a finder imports it, and patches urllib.request and
 #    http.client on their first import. The code lives in hybox_http: this
 #    file is compiled at every start.
+# 4. pwd and grp (which WASI lacks) come from pwd.py and grp.py next to this
+#    file, over the sandbox's /etc/passwd and /etc/group; os.getuid and
+#    friends answer the sandbox user's ids; socket.gethostname (patched by
+#    hybox_http on socket's first import) answers /etc/hostname.
 import os as _os
 import sys as _sys
 
@@ -59,16 +63,24 @@ def _setup():
     class HyboxFinder:  # see hybox_http._find_spec
         @staticmethod
         def find_spec(name, path=None, target=None):
-            if name in ("hybox_http", "urllib.request", "http.client"):
+            if name in ("hybox_http", "urllib.request", "http.client", "socket", "hybox_pwd", "pwd", "grp"):
                 from importlib.util import spec_from_file_location as spec
 
-                if name == "hybox_http":
-                    return spec(name, here + "/hybox_http.py")
+                if name in ("hybox_http", "hybox_pwd", "pwd", "grp"):
+                    return spec(name, here + "/" + name + ".py")
                 import hybox_http
 
                 return hybox_http._find_spec(HyboxFinder, name, path, target)
 
     _sys.meta_path.insert(0, HyboxFinder)
+
+    # WASI has no user ids; the sandbox's programs run as user (1000), as
+    # its /etc/passwd says (pwd and grp, from hybox_pwd, read that file).
+    for fn in ("getuid", "geteuid", "getgid", "getegid"):
+        if not hasattr(_os, fn):
+            setattr(_os, fn, lambda: 1000)
+    if not hasattr(_os, "getgroups"):
+        _os.getgroups = lambda: [1000]
 
 
 _setup()
