@@ -121,6 +121,11 @@ func (m *commandManager) run(w http.ResponseWriter, r *http.Request) {
 
 // exitOf returns the exit code and error text of a finished process.
 func exitOf(code int, err error, cause error) (int, string) {
+	if errors.Is(cause, ErrTimeout) {
+		// Killed at its timeout, whatever the executor saw first (the
+		// wasm shell can see the kill's cancel before the deadline).
+		return 128 + 9, cause.Error()
+	}
 	if cause != nil {
 		return code, cause.Error()
 	}

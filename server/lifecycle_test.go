@@ -405,3 +405,15 @@ func TestRuntimeInSandboxResponse(t *testing.T) {
 		h.do("DELETE", "/v1/sandboxes/"+sb.ID, nil)
 	}
 }
+
+// A GPU is refused plainly rather than silently not given.
+func TestCreateRefusesGPU(t *testing.T) {
+	h := newHarness(t, "", harnessOpts{})
+	st, b, _ := h.do("POST", "/v1/sandboxes", map[string]any{"image": map[string]string{"uri": "wasm://default"},
+		"resourceLimits": map[string]string{"cpu": "1", "gpu": "1"}})
+	require.Equal(t, 400, st, string(b))
+	assert.Contains(t, string(b), "NOT_SUPPORTED")
+	assert.Contains(t, string(b), "no GPUs")
+	sb := h.create(map[string]any{"resourceLimits": map[string]string{"gpu": "0"}})
+	h.do("DELETE", "/v1/sandboxes/"+sb.ID, nil)
+}

@@ -229,6 +229,9 @@ func (s *Server) recordFromRequest(req *api.CreateSandboxRequest) (*Record, erro
 	if rec.CredentialProxy && rec.NetworkPolicy == nil {
 		return nil, badRequest("credentialProxy needs a networkPolicy: binding hosts must be allowed by one")
 	}
+	if v := strings.TrimSpace(req.ResourceLimits["gpu"]); v != "" && v != "0" {
+		return nil, errdefs.New(api.ErrorCodeNOTSUPPORTED, "resourceLimits.gpu: this server has no GPUs to give a sandbox")
+	}
 	if v, ok := req.ResourceLimits["memory"]; ok && v != "" {
 		n, err := ParseQuantityBytes(v)
 		if err != nil {

@@ -56,7 +56,7 @@ ACCEPTED = [
     # DELETE.
     (("ST205",), r"^[A-Z]+ /images/(import|pull)$", 405, "METHOD_NOT_ALLOWED", r""),
     # Documented as 400 NOT_SUPPORTED.
-    (("ST202",), r"^POST /sandboxes$", 400, "NOT_SUPPORTED", r"snapshots are not supported"),
+    (("ST202",), r"^POST /sandboxes$", 400, "NOT_SUPPORTED", r"snapshots are not supported|resourceLimits\.gpu: "),
     # An egress target's form (a name, a wildcard, an IP or a CIDR) is
     # described in prose, not as a pattern.
     (("ST202",), r"^[A-Z]+ /(run|sandboxes|policy)$", 400, "INVALID_REQUEST",

@@ -696,7 +696,7 @@ type CreateSandboxRequest struct {
 	NetworkPolicy *NetworkPolicy `json:"networkPolicy,omitempty"`
 	Platform      Platform       `json:"platform,omitempty,omitzero"`
 
-	// ResourceLimits `cpu` (`500m`, `2`) and `memory` (`512Mi`, `1Gi`) are applied; other keys are stored.
+	// ResourceLimits `cpu` (`500m`, `2`) and `memory` (`512Mi`, `1Gi`) are applied; a `gpu` other than empty or `0` is a 400 `NOT_SUPPORTED` (no GPUs here); other keys are stored.
 	ResourceLimits map[string]string `json:"resourceLimits,omitempty,omitzero"`
 
 	// SecureAccess Accepted for compatibility; hybox's proxy always requires a credential.

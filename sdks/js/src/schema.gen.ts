@@ -1330,7 +1330,7 @@ export interface components {
              *     server's maximum (7 days by default). Absent or null: no expiry, and no `expiresAt`.
              */
             timeout?: number | null;
-            /** @description `cpu` (`500m`, `2`) and `memory` (`512Mi`, `1Gi`) are applied; other keys are stored. */
+            /** @description `cpu` (`500m`, `2`) and `memory` (`512Mi`, `1Gi`) are applied; a `gpu` other than empty or `0` is a 400 `NOT_SUPPORTED` (no GPUs here); other keys are stored. */
             resourceLimits?: {
                 cpu?: string;
                 memory?: string;

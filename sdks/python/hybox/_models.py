@@ -195,7 +195,7 @@ class Extensions(BaseModel):
 
 class ResourceLimits(BaseModel):
     """
-    `cpu` (`500m`, `2`) and `memory` (`512Mi`, `1Gi`) are applied; other keys are stored.
+    `cpu` (`500m`, `2`) and `memory` (`512Mi`, `1Gi`) are applied; a `gpu` other than empty or `0` is a 400 `NOT_SUPPORTED` (no GPUs here); other keys are stored.
     """
 
     model_config = ConfigDict(
@@ -993,7 +993,7 @@ class CreateSandboxRequest(BaseModel):
     """
     resourceLimits: ResourceLimits | None = None
     """
-    `cpu` (`500m`, `2`) and `memory` (`512Mi`, `1Gi`) are applied; other keys are stored.
+    `cpu` (`500m`, `2`) and `memory` (`512Mi`, `1Gi`) are applied; a `gpu` other than empty or `0` is a 400 `NOT_SUPPORTED` (no GPUs here); other keys are stored.
     """
     env: dict[Annotated[str, StringConstraints(pattern=r'^[^=\x00]+$')], str] | None = (
         None
