@@ -41,7 +41,9 @@ func (s *store) listPools() ([]api.CreatePoolRequest, error) {
 	return listBucket[api.CreatePoolRequest](s, bucketPools, "pool")
 }
 
-func (s *store) listMembers() ([]*member, error) { return listBucket[*member](s, bucketMembers, "pool member") }
+func (s *store) listMembers() ([]*member, error) {
+	return listBucket[*member](s, bucketMembers, "pool member")
+}
 
 // listBucket decodes every value of bucket as a T.
 func listBucket[T any](s *store, bucket []byte, what string) ([]T, error) {
