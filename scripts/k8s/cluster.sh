@@ -362,7 +362,11 @@ cmd_up() {
 		cmd_down
 	fi
 	mkdir -p "$K8S_DIR/logs" "$K8S_DIR/pids" "$K8S_DIR/pod-logs"
+	# The kubelet also writes outside its root directory: its device plugin
+	# socket and the symlinks in /var/log/containers; down removes only
+	# what this cluster made.
 	[ -e "$DEVICE_PLUGIN_SOCK" ] || touch "$K8S_DIR/created-device-plugin-sock"
+	[ -d /var/log/containers ] || touch "$K8S_DIR/created-var-log-containers"
 	say "certificates (CA, apiserver, kubelet, clients, service account key)"
 	pki
 	kubeconfig "$KUBECONFIG_PATH" admin
@@ -497,6 +501,13 @@ cmd_down() {
 		say "deleting every pod (grace 0) and waiting for the kubelet to stop them"
 		timeout 20 "$BIN/kubectl" --kubeconfig "$KUBECONFIG_PATH" delete pods --all --all-namespaces \
 			--grace-period=0 --force --wait=true >/dev/null 2>&1 || say "not every pod was deleted in time; going on"
+		# The API objects go at once; the kubelet then stops the containers
+		# and sandboxes (CNI teardown included). Wait for that, bounded.
+		local i
+		for i in $(seq 1 100); do
+			[ -z "$(CTR_TIMEOUT=5 ctr_ tasks list -q 2>/dev/null)" ] && break
+			sleep 0.2
+		done
 	fi
 	for d in kubelet kube-scheduler kube-controller-manager kube-apiserver etcd; do
 		if alive "$d" 2>/dev/null; then say "stopping $d"; fi
@@ -543,6 +554,10 @@ cmd_down() {
 		[ -d "$m$CGROUP_ROOT" ] && say "cannot remove cgroup $m$CGROUP_ROOT"
 	done
 	[ -z "$cg" ] || say "removed cgroup $CGROUP_ROOT"
+	if [ -d /var/log/containers ]; then
+		find /var/log/containers -maxdepth 1 -type l -lname "$K8S_DIR/*" -delete 2>/dev/null || true
+		if [ -f "$K8S_DIR/created-var-log-containers" ]; then rmdir /var/log/containers 2>/dev/null || true; fi
+	fi
 	if [ -f "$K8S_DIR/created-device-plugin-sock" ]; then
 		rm -f "$DEVICE_PLUGIN_SOCK"
 		rmdir /var/lib/kubelet/device-plugins /var/lib/kubelet 2>/dev/null || true
