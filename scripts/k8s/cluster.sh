@@ -414,7 +414,7 @@ cmd_up() {
 		--authorization-kubeconfig "$K8S_DIR/kube-controller-manager.kubeconfig" \
 		--bind-address 127.0.0.1 --secure-port "$KCM_PORT" --leader-elect=false \
 		--service-account-private-key-file "$p/sa.key" --root-ca-file "$p/ca.crt" \
-		--use-service-account-credentials=false
+		--use-service-account-credentials=true
 	start kube-scheduler "$BIN/kube-scheduler" --kubeconfig "$K8S_DIR/kube-scheduler.kubeconfig" \
 		--authentication-kubeconfig "$K8S_DIR/kube-scheduler.kubeconfig" \
 		--authorization-kubeconfig "$K8S_DIR/kube-scheduler.kubeconfig" \
@@ -477,7 +477,7 @@ stop_daemon() {
 # in its cgroups, and those whose command line names $K8S_DIR (shims carry
 # the socket's path, runsc its root).
 cluster_pids() {
-	local m f pid
+	local m f pid cmd
 	{
 		for m in $(cgroup_mounts); do
 			[ -d "$m$CGROUP_ROOT" ] || continue
@@ -487,8 +487,10 @@ cluster_pids() {
 			pid=${f#/proc/}
 			pid=${pid%/cmdline}
 			[ "$pid" = $$ ] && continue
-			tr '\0' ' ' <"$f" 2>/dev/null | grep -qF -- "$K8S_DIR/" && echo "$pid"
+			cmd=$(tr '\0' ' ' 2>/dev/null <"$f") || continue
+			case $cmd in *"$K8S_DIR/"*) echo "$pid" ;; esac
 		done
+		true
 	} | sort -un
 }
 
@@ -509,10 +511,17 @@ cmd_down() {
 			sleep 0.2
 		done
 	fi
-	for d in kubelet kube-scheduler kube-controller-manager kube-apiserver etcd; do
-		if alive "$d" 2>/dev/null; then say "stopping $d"; fi
-		stop_daemon "$d"
-	done
+	# The kubelet first (no more Pods are started), then the control plane
+	# together, then etcd.
+	if alive kubelet 2>/dev/null; then say "stopping the kubelet"; fi
+	stop_daemon kubelet
+	if alive kube-apiserver 2>/dev/null; then say "stopping kube-scheduler, kube-controller-manager, kube-apiserver"; fi
+	stop_daemon kube-scheduler &
+	stop_daemon kube-controller-manager &
+	stop_daemon kube-apiserver &
+	wait
+	if alive etcd 2>/dev/null; then say "stopping etcd"; fi
+	stop_daemon etcd
 	if alive containerd 2>/dev/null; then
 		say "removing what is left in containerd (tasks, containers)"
 		local ids
