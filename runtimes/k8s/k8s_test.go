@@ -21,7 +21,9 @@ func TestMain(m *testing.M) { k8stest.Main(m) }
 
 // cluster connects the backend to the test cluster, with the execd image
 // and the test image imported into its node.
-func cluster(t *testing.T) (*k8s.Cluster, *k8stest.Env, string) {
+func cluster(t *testing.T) (*k8s.Cluster, *k8stest.Env, string) { return clusterB(t) }
+
+func clusterB(t testing.TB) (*k8s.Cluster, *k8stest.Env, string) {
 	t.Helper()
 	env := k8stest.Cluster(t)
 	execdImage := env.ExecdImage(t)
