@@ -8,6 +8,8 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -83,19 +85,13 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Sand
 		return nil, r.apiError("own Secret "+name, err)
 	}
 	created := time.Since(begin)
-	addr, err := r.waitRunning(ctx, pod)
+	sb, err := r.waitStarted(ctx, pod, token, spec)
 	if err != nil {
-		return nil, err
-	}
-	running := time.Since(begin)
-	sb := newSandbox(r, spec, addr, token)
-	if err := sb.waitReady(ctx, r.c.opts.ReadyTimeout); err != nil {
 		return nil, err
 	}
 	cu.Release()
 	r.c.opts.Logger.Debug("sandbox created", "id", spec.ID, "runtime", r.name, "class", r.class,
-		"objects", created.Round(time.Millisecond), "running", running.Round(time.Millisecond),
-		"ready", time.Since(begin).Round(time.Millisecond))
+		"objects", created.Round(time.Millisecond), "ready", time.Since(begin).Round(time.Millisecond))
 	return sb, nil
 }
 
@@ -250,16 +246,102 @@ var waitReasons = []string{
 	"CrashLoopBackOff", "ImageInspectError",
 }
 
-// waitRunning watches pod until it runs with an IP and returns the IP.
-func (r *Runtime) waitRunning(ctx context.Context, pod *corev1.Pod) (netip.Addr, error) {
+// waitStarted waits until the Pod has an IP and its execd answers there,
+// watching the Pod all along: a state in which it can never run (see
+// podState) ends the wait at once with the kubelet's reason. execd is
+// polled as soon as the IP is known, not only once the kubelet reports the
+// Pod Running, which it does up to a status sync later.
+func (r *Runtime) waitStarted(ctx context.Context, pod *corev1.Pod, token string, spec runtimes.Spec) (*Sandbox, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.c.opts.ReadyTimeout)
 	defer cancel()
+	addrC := make(chan netip.Addr, 1)
+	fatalC := make(chan error, 1)
+	var last atomic.Pointer[corev1.Pod]
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		sent := false
+		err := r.watchPod(ctx, pod, func(p *corev1.Pod) bool {
+			last.Store(p)
+			addr, err := podState(p)
+			if err != nil {
+				fatalC <- err
+				return true
+			}
+			if addr.IsValid() && !sent {
+				sent = true
+				addrC <- addr
+			}
+			return false
+		})
+		if err != nil && ctx.Err() == nil {
+			select {
+			case fatalC <- err:
+			default:
+			}
+		}
+	}()
+	defer wg.Wait()
+	defer cancel()
+	timeout := func() error {
+		p := last.Load()
+		if p == nil {
+			p = pod
+		}
+		return r.notRunning(p)
+	}
+	var addr netip.Addr
+	select {
+	case addr = <-addrC:
+	case err := <-fatalC:
+		return nil, err
+	case <-ctx.Done():
+		return nil, timeout()
+	}
+	sb := newSandbox(r, spec, addr, token)
+	readyC := make(chan error, 1)
+	go func() { readyC <- sb.waitReady(ctx, r.c.opts.ReadyTimeout) }()
+	select {
+	case err := <-readyC:
+		if err != nil {
+			select {
+			case ferr := <-fatalC:
+				return nil, ferr
+			default:
+			}
+			return nil, err
+		}
+		return sb, nil
+	case err := <-fatalC:
+		return nil, err
+	}
+}
+
+// watchPod hands every state of pod to seen, from the one given on, until
+// seen returns true or ctx is done (then it returns nil).
+//
+// # Errors
+// When the Pod is deleted, or the API server does not answer.
+func (r *Runtime) watchPod(ctx context.Context, pod *corev1.Pod, seen func(*corev1.Pod) bool) error {
 	pods := r.c.client.CoreV1().Pods(pod.Namespace)
 	rv := pod.ResourceVersion
-	cur := pod
-	for {
-		if addr, done, err := podState(cur); done {
-			return addr, err
+	if seen(pod) {
+		return nil
+	}
+	for ctx.Err() == nil {
+		if rv == "" {
+			fresh, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return r.apiError("get Pod "+pod.Name, err)
+			}
+			if seen(fresh) {
+				return nil
+			}
+			rv = fresh.ResourceVersion
 		}
 		w, err := pods.Watch(ctx, metav1.ListOptions{
 			FieldSelector:   fields.OneTermEqualSelector("metadata.name", pod.Name).String(),
@@ -267,57 +349,49 @@ func (r *Runtime) waitRunning(ctx context.Context, pod *corev1.Pod) (netip.Addr,
 		})
 		if err != nil {
 			if ctx.Err() != nil {
-				return netip.Addr{}, r.notRunning(cur, ctx.Err())
+				return nil
 			}
-			return netip.Addr{}, r.apiError("watch Pod "+pod.Name, err)
+			return r.apiError("watch Pod "+pod.Name, err)
 		}
 		for ev := range w.ResultChan() {
 			switch ev.Type {
 			case watch.Deleted:
 				w.Stop()
-				return netip.Addr{}, fmt.Errorf("%w: Pod %s was deleted while it started", runtimes.ErrUnavailable, pod.Name)
+				return fmt.Errorf("%w: Pod %s was deleted while it started", runtimes.ErrUnavailable, pod.Name)
 			case watch.Error:
-				// An expired resource version: start over from a fresh read.
-				rv = ""
+				rv = "" // an expired resource version: read afresh
 				continue
 			}
 			p, ok := ev.Object.(*corev1.Pod)
 			if !ok {
 				continue
 			}
-			cur, rv = p, p.ResourceVersion
-			if addr, done, err := podState(cur); done {
+			rv = p.ResourceVersion
+			if seen(p) {
 				w.Stop()
-				return addr, err
+				return nil
 			}
 		}
 		w.Stop()
-		if ctx.Err() != nil {
-			return netip.Addr{}, r.notRunning(cur, ctx.Err())
-		}
-		if rv == "" {
-			fresh, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
-			if err != nil {
-				return netip.Addr{}, r.apiError("get Pod "+pod.Name, err)
-			}
-			cur, rv = fresh, fresh.ResourceVersion
-		}
 	}
+	return nil
 }
 
 // notRunning says why a Pod did not run in time, with its last state.
-func (r *Runtime) notRunning(p *corev1.Pod, err error) error {
+func (r *Runtime) notRunning(p *corev1.Pod) error {
 	why := string(p.Status.Phase)
 	for _, c := range p.Status.Conditions {
 		if c.Status != corev1.ConditionTrue && c.Message != "" {
 			why += "; " + string(c.Type) + ": " + c.Message
 		}
 	}
-	return fmt.Errorf("%w: Pod %s did not run within %s (%s): %v", runtimes.ErrUnavailable, p.Name, r.c.opts.ReadyTimeout, why, err)
+	return fmt.Errorf("%w: Pod %s did not start within %s (%s)", runtimes.ErrUnavailable, p.Name, r.c.opts.ReadyTimeout, why)
 }
 
-// podState reports whether p is running (with its IP) or can never run.
-func podState(p *corev1.Pod) (netip.Addr, bool, error) {
+// podState returns the Pod's IP once it has one, and an error when the Pod
+// can never run: a container waits for a reason in waitReasons, the
+// workload container (or a failed init container) ended, or the Pod did.
+func podState(p *corev1.Pod) (netip.Addr, error) {
 	statuses := append(slices.Clone(p.Status.InitContainerStatuses), p.Status.ContainerStatuses...)
 	for _, cs := range statuses {
 		if w := cs.State.Waiting; w != nil && slices.Contains(waitReasons, w.Reason) {
@@ -325,31 +399,28 @@ func podState(p *corev1.Pod) (netip.Addr, bool, error) {
 			if cs.Name == containerName {
 				what = "the sandbox's container"
 			}
-			err := fmt.Errorf("%w: Pod %s cannot start: %s (image %s): %s: %s", runtimes.ErrUnavailable,
-				p.Name, what, cs.Image, w.Reason, w.Message)
 			if strings.HasPrefix(w.Reason, "ErrImage") || w.Reason == "ImagePullBackOff" || w.Reason == "InvalidImageName" {
-				err = fmt.Errorf("%w: image %s is not on the cluster's node and is never pulled (%s); import it into the node's containerd first",
+				return netip.Addr{}, fmt.Errorf("%w: image %s is not on the cluster's node and is never pulled (%s); import it into the node's containerd first",
 					runtimes.ErrInvalid, cs.Image, w.Reason)
 			}
-			return netip.Addr{}, true, err
+			return netip.Addr{}, fmt.Errorf("%w: Pod %s cannot start: %s (image %s): %s: %s", runtimes.ErrUnavailable,
+				p.Name, what, cs.Image, w.Reason, w.Message)
 		}
 		if t := cs.State.Terminated; t != nil && (cs.Name == containerName || t.ExitCode != 0) {
-			return netip.Addr{}, true, fmt.Errorf("%w: Pod %s: container %s ended (exit code %d, %s): %s",
+			return netip.Addr{}, fmt.Errorf("%w: Pod %s: container %s ended (exit code %d, %s): %s",
 				runtimes.ErrUnavailable, p.Name, cs.Name, t.ExitCode, t.Reason, t.Message)
 		}
 	}
 	switch p.Status.Phase {
 	case corev1.PodFailed, corev1.PodSucceeded:
-		return netip.Addr{}, true, fmt.Errorf("%w: Pod %s ended (%s): %s", runtimes.ErrUnavailable, p.Name, p.Status.Phase, p.Status.Message)
-	case corev1.PodRunning:
-		if p.Status.PodIP == "" {
-			return netip.Addr{}, false, nil
-		}
-		addr, err := netip.ParseAddr(p.Status.PodIP)
-		if err != nil {
-			return netip.Addr{}, true, fmt.Errorf("%w: Pod %s has a bad IP %q", runtimes.ErrUnavailable, p.Name, p.Status.PodIP)
-		}
-		return addr, true, nil
+		return netip.Addr{}, fmt.Errorf("%w: Pod %s ended (%s): %s", runtimes.ErrUnavailable, p.Name, p.Status.Phase, p.Status.Message)
 	}
-	return netip.Addr{}, false, nil
+	if p.Status.PodIP == "" {
+		return netip.Addr{}, nil
+	}
+	addr, err := netip.ParseAddr(p.Status.PodIP)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("%w: Pod %s has a bad IP %q", runtimes.ErrUnavailable, p.Name, p.Status.PodIP)
+	}
+	return addr, nil
 }

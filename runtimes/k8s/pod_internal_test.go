@@ -76,27 +76,28 @@ func TestPodState(t *testing.T) {
 	cases := []struct {
 		name    string
 		status  corev1.PodStatus
-		done    bool
+		addr    bool
 		wantErr error
 	}{
 		{name: "pending", status: corev1.PodStatus{Phase: corev1.PodPending}},
 		{name: "creating", status: corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{waiting(containerName, "ContainerCreating")}}},
 		{name: "running without IP", status: corev1.PodStatus{Phase: corev1.PodRunning}},
-		{name: "running", status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.2"}, done: true},
-		{name: "image never pulled", status: corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{waiting(containerName, "ErrImageNeverPull")}}, done: true, wantErr: runtimes.ErrInvalid},
-		{name: "execd image missing", status: corev1.PodStatus{Phase: corev1.PodPending, InitContainerStatuses: []corev1.ContainerStatus{waiting(initName, "ErrImageNeverPull")}}, done: true, wantErr: runtimes.ErrInvalid},
-		{name: "cannot create", status: corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{waiting(containerName, "CreateContainerError")}}, done: true, wantErr: runtimes.ErrUnavailable},
-		{name: "failed", status: corev1.PodStatus{Phase: corev1.PodFailed}, done: true, wantErr: runtimes.ErrUnavailable},
+		{name: "running", status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.2"}, addr: true},
+		{name: "pending with an IP", status: corev1.PodStatus{Phase: corev1.PodPending, PodIP: "10.0.0.2"}, addr: true},
+		{name: "image never pulled", status: corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{waiting(containerName, "ErrImageNeverPull")}}, wantErr: runtimes.ErrInvalid},
+		{name: "execd image missing", status: corev1.PodStatus{Phase: corev1.PodPending, InitContainerStatuses: []corev1.ContainerStatus{waiting(initName, "ErrImageNeverPull")}}, wantErr: runtimes.ErrInvalid},
+		{name: "cannot create", status: corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{waiting(containerName, "CreateContainerError")}}, wantErr: runtimes.ErrUnavailable},
+		{name: "failed", status: corev1.PodStatus{Phase: corev1.PodFailed}, wantErr: runtimes.ErrUnavailable},
 		{name: "init done", status: corev1.PodStatus{Phase: corev1.PodPending, InitContainerStatuses: []corev1.ContainerStatus{{Name: initName, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}}}}},
-		{name: "init failed", status: corev1.PodStatus{Phase: corev1.PodPending, InitContainerStatuses: []corev1.ContainerStatus{{Name: initName, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1}}}}}, done: true, wantErr: runtimes.ErrUnavailable},
+		{name: "init failed", status: corev1.PodStatus{Phase: corev1.PodPending, InitContainerStatuses: []corev1.ContainerStatus{{Name: initName, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1}}}}}, wantErr: runtimes.ErrUnavailable},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			p := &corev1.Pod{Status: c.status}
 			p.Name = "hybox-x"
-			addr, done, err := podState(p)
-			if done != c.done || (c.wantErr == nil) != (err == nil) || c.wantErr != nil && !errors.Is(err, c.wantErr) {
-				t.Fatalf("podState = %v, %v, %v; want done %v, err %v", addr, done, err, c.done, c.wantErr)
+			addr, err := podState(p)
+			if addr.IsValid() != c.addr || (c.wantErr == nil) != (err == nil) || c.wantErr != nil && !errors.Is(err, c.wantErr) {
+				t.Fatalf("podState = %v, %v; want an address %v, err %v", addr, err, c.addr, c.wantErr)
 			}
 		})
 	}

@@ -139,6 +139,7 @@ wait_for() {
 }
 
 kubectl_() { "$BIN/kubectl" --kubeconfig "$KUBECONFIG_PATH" "$@"; }
+untainted() { [ -z "$(kubectl_ get node "$NODE" -o 'jsonpath={.spec.taints}')" ]; }
 
 pki() {
 	local p=$K8S_DIR/pki
@@ -434,6 +435,8 @@ cmd_up() {
 	say "waiting for node $NODE to be Ready and the default ServiceAccount"
 	wait_for "node $NODE" 120 kubectl_ wait --for=condition=Ready "node/$NODE" --timeout=1s
 	wait_for "the default ServiceAccount" 60 kubectl_ get serviceaccount default
+	# The node lifecycle controller removes the not-ready taint a moment after Ready.
+	wait_for "node $NODE without taints" 60 untainted
 	say "up in $(secs_since "$start_all") s; kubeconfig: $KUBECONFIG_PATH"
 	echo "$KUBECONFIG_PATH"
 }
@@ -571,8 +574,20 @@ cmd_down() {
 		rm -f "$DEVICE_PLUGIN_SOCK"
 		rmdir /var/lib/kubelet/device-plugins /var/lib/kubelet 2>/dev/null || true
 	fi
-	# Shim sockets of our containerd under /run/containerd/s are removed by the
-	# shims when they exit; the kubelet's own state is all below $K8S_DIR.
+	# A shim's socket is /run/containerd/s/<sha256 of "<containerd socket>/<namespace>/<id>">;
+	# a shim that exits removes it, a killed one does not: remove those of
+	# the ids our containerd logged (and only those).
+	if [ -f "$K8S_DIR/logs/containerd.log" ]; then
+		local id h n=0
+		for id in $(grep -o '[0-9a-f]\{64\}' "$K8S_DIR/logs/containerd.log" | sort -u); do
+			h=$(printf '%s' "$SOCK/k8s.io/$id" | sha256sum | cut -c1-64)
+			if [ -S "/run/containerd/s/$h" ]; then
+				rm -f "/run/containerd/s/$h"
+				n=$((n + 1))
+			fi
+		done
+		[ $n = 0 ] || say "removed $n shim sockets left by killed shims"
+	fi
 	if [ -d "$K8S_DIR" ]; then
 		say "removing $K8S_DIR"
 		rm -rf "$K8S_DIR" || die "cannot remove $K8S_DIR (still mounted?)"
