@@ -95,11 +95,13 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Sand
 	return sb, nil
 }
 
-// Restore finds the sandbox's running Pod and its token again.
+// Restore finds the sandbox's Pod and its token again and waits until its
+// execd answers.
 //
 // # Errors
-// runtimes.ErrNotFound when the Pod, or its Secret, is gone or the Pod no
-// longer runs; runtimes.ErrUnavailable when the API server does not answer.
+// runtimes.ErrNotFound when the Pod, or its Secret, is gone or the Pod can
+// no longer run; runtimes.ErrUnavailable when the API server or execd does
+// not answer.
 func (r *Runtime) Restore(ctx context.Context, spec runtimes.Spec) (runtimes.Sandbox, error) {
 	name := podName(spec.ID)
 	ns := r.c.opts.Namespace
@@ -110,12 +112,8 @@ func (r *Runtime) Restore(ctx context.Context, spec runtimes.Spec) (runtimes.San
 	if err != nil {
 		return nil, r.apiError("get Pod "+name, err)
 	}
-	if pod.Status.Phase != corev1.PodRunning {
-		return nil, fmt.Errorf("%w: Pod %s of sandbox %s is %s", runtimes.ErrNotFound, name, spec.ID, pod.Status.Phase)
-	}
-	addr, err := netip.ParseAddr(pod.Status.PodIP)
-	if err != nil {
-		return nil, fmt.Errorf("%w: Pod %s has no IP", runtimes.ErrNotFound, name)
+	if _, err := podState(pod); err != nil {
+		return nil, fmt.Errorf("%w: Pod %s of sandbox %s can no longer run: %v", runtimes.ErrNotFound, name, spec.ID, err)
 	}
 	secret, err := r.c.client.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -124,11 +122,10 @@ func (r *Runtime) Restore(ctx context.Context, spec runtimes.Spec) (runtimes.San
 	if err != nil {
 		return nil, r.apiError("get Secret "+name, err)
 	}
-	sb := newSandbox(r, spec, addr, string(secret.Data[tokenKey]))
-	if err := sb.waitReady(ctx, r.c.opts.ReadyTimeout); err != nil {
-		return nil, err
-	}
-	return sb, nil
+	// A Pod that is still starting (a create that returned as soon as
+	// execd answered, before the kubelet reported the Pod Running) is
+	// waited for like a new one.
+	return r.waitStarted(ctx, pod, string(secret.Data[tokenKey]), spec)
 }
 
 // apiError wraps an error of the API server: a RuntimeClass the admission
