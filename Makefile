@@ -89,10 +89,11 @@ k8s-down:
 
 # The Kubernetes backend (runtimes/k8s) on the test cluster: the conformance suite on runc and
 # gvisor Pods, bad input. Uses a cluster that is up (make k8s-up), else brings one up and down.
-# Not part of `make test` yet. As root a cluster that cannot be built is a failure.
+# Not part of `make test` yet: there (`go test ./...`) these tests skip unless a cluster is up.
+# As root a cluster that cannot be built is a failure here.
 test-k8s:
 	@./scripts/k8s/install-deps.sh
-	$(K8S_ENV) $(if $(IS_ROOT),HYBOX_REQUIRE_K8S=1) $(GO) test -trimpath -timeout 45m ./runtimes/k8s/...
+	$(K8S_ENV) HYBOX_K8S_UP=1 $(if $(IS_ROOT),HYBOX_REQUIRE_K8S=1) $(GO) test -trimpath -timeout 45m ./runtimes/k8s/...
 
 $(API_KEY_FILE):
 	@mkdir -p $(dir $@)

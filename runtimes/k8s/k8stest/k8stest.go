@@ -2,13 +2,15 @@
 // single-node cluster of scripts/k8s/cluster.sh (etcd, kube-apiserver,
 // kube-controller-manager, kube-scheduler and kubelet built from source, a
 // private containerd with RuntimeClasses runc and gvisor). [Cluster] uses
-// the cluster that is up, or brings one up (a cold build takes about ten
-// minutes); [Main] brings down a cluster that this test binary brought up.
+// the cluster that is up, or brings one up when allowed ([UpEnv]; a cold
+// build takes 8-25 minutes); [Main] brings down a cluster that this test
+// binary brought up.
 // It also builds and imports the images Pods need (imagePullPolicy Never:
 // there is no registry): the hybox-execd image and the test image.
 //
-// Tests skip, with the reason, when not run as root or when the cluster
-// cannot be built or started; with HYBOX_REQUIRE_K8S set they fail instead.
+// Tests skip, with the reason, when not run as root, when no cluster is up
+// and none may be brought up, or when the cluster cannot be built or
+// started; with HYBOX_REQUIRE_K8S set they fail instead.
 package k8stest
 
 import (
@@ -39,6 +41,10 @@ const (
 	// RequireEnv, when set to anything, turns every skip of this package
 	// into a failure (make test-k8s sets it).
 	RequireEnv = "HYBOX_REQUIRE_K8S"
+	// UpEnv, when set to anything, lets [Cluster] bring a cluster up when
+	// none answers (make test-k8s sets it). Without it the tests skip, so
+	// that `go test ./...` never starts a cluster build of its own.
+	UpEnv = "HYBOX_K8S_UP"
 	// KeepEnv, when set to anything, leaves a cluster that a test binary
 	// brought up running after it ends (for a series of runs).
 	KeepEnv = "HYBOX_K8S_KEEP"
@@ -86,11 +92,12 @@ func unavailable(t testing.TB, format string, args ...any) {
 	t.Skip(msg)
 }
 
-// Cluster returns the running test cluster, bringing it up with
-// scripts/k8s/cluster.sh up when none answers (once per test binary; the
-// first cold build takes about ten minutes). It skips t when not root, and
-// when the cluster cannot be built or started (the script's output is in
-// the message).
+// Cluster returns the running test cluster. When none answers and
+// [UpEnv] is set, it brings one up with scripts/k8s/cluster.sh up (once per
+// test binary; the first cold build takes 8-25 minutes). It skips t when
+// not root, when no cluster is up and [UpEnv] is not set, and when the
+// cluster cannot be built or started (the script's output is in the
+// message).
 func Cluster(t testing.TB) *Env {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -112,6 +119,10 @@ func Cluster(t testing.TB) *Env {
 	}
 	defer unlock()
 	out, err := script(ctx, "status")
+	if err != nil && os.Getenv(UpEnv) == "" {
+		envErr = fmt.Sprintf("no Kubernetes test cluster is up (make k8s-up starts one; make test-k8s, or %s=1, lets the tests bring one up)", UpEnv)
+		unavailable(t, "%s", envErr)
+	}
 	if err != nil {
 		begin := time.Now()
 		t.Logf("no test cluster answers; bringing one up with scripts/k8s/cluster.sh up (a cold build takes about ten minutes)")
