@@ -3,6 +3,8 @@ package k8s_test
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
@@ -11,10 +13,12 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/hybox-dev/hybox/execd"
 	"github.com/hybox-dev/hybox/runtimes"
 	"github.com/hybox-dev/hybox/runtimes/k8s"
 	"github.com/hybox-dev/hybox/runtimes/k8s/k8stest"
 	"github.com/hybox-dev/hybox/runtimes/runtimetest"
+	"github.com/hybox-dev/hybox/sdks/go/api"
 )
 
 func TestMain(m *testing.M) { k8stest.Main(m) }
@@ -115,3 +119,76 @@ func assertGone(t *testing.T, env *k8stest.Env, id string) {
 		t.Fatalf("sandbox %s left %d Pods and %d Secrets", id, len(pods.Items), len(secrets.Items))
 	}
 }
+
+// TestSandbox: what the backend offers beyond the suite: the one-shot code
+// path, the end of a sandbox on its own, and the sweep of unrecorded Pods.
+func TestSandbox(t *testing.T) {
+	c, env, image := cluster(t)
+	rt := c.Runtime("runc", "runc")
+	ctx := context.Background()
+	newSpec := func(name string) runtimes.Spec {
+		return runtimes.Spec{ID: name + "-" + suffix(), Image: image, Entrypoint: []string{"sleep", "infinity"}}
+	}
+	create := func(t *testing.T, spec runtimes.Spec) runtimes.Sandbox {
+		sb, err := rt.Create(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = sb.Close(ctx)
+			if err := rt.Destroy(ctx, spec); err != nil {
+				t.Error(err)
+			}
+		})
+		return sb
+	}
+	t.Run("RunCode", func(t *testing.T) {
+		sb := create(t, newSpec("runcode"))
+		var got []string
+		code := "print(6*7)"
+		err := sb.(runtimes.CodeRunner).RunCode(ctx, api.CodeRunRequest{Code: &code,
+			Context: api.CodeRunContext{Language: "python"}}, sinkFunc(func(ev execd.Event) bool {
+			got = append(got, ev.Text)
+			return true
+		}))
+		if err != nil || !strings.Contains(strings.Join(got, ""), "42") {
+			t.Fatalf("RunCode: %v, output %q", err, got)
+		}
+	})
+	t.Run("Exited", func(t *testing.T) {
+		sb := create(t, newSpec("exited"))
+		// hybox-execd is PID 1: SIGTERM makes it stop and exit 0.
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodPost, "/command", strings.NewReader(`{"command":"kill -TERM 1"}`))
+		req.Header.Set("Content-Type", "application/json")
+		sb.Execd().ServeHTTP(rec, req)
+		select {
+		case st, ok := <-sb.(runtimes.Exiter).Exited():
+			if !ok || st.Reason != "Exited" || st.Code != 0 {
+				t.Fatalf("exit status %+v (ok %v), want {0 Exited}", st, ok)
+			}
+		case <-time.After(2 * time.Minute):
+			t.Fatal("no exit reported")
+		}
+	})
+	t.Run("Sweep", func(t *testing.T) {
+		kept, swept := newSpec("kept"), newSpec("swept")
+		create(t, kept)
+		sb, err := rt.Create(ctx, swept)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = sb.Close(ctx)
+		if err := rt.Sweep(ctx, func(id string) bool { return id != swept.ID }); err != nil {
+			t.Fatal(err)
+		}
+		assertGone(t, env, swept.ID)
+		if _, err := rt.Restore(ctx, kept); err != nil {
+			t.Fatalf("the kept sandbox: %v", err)
+		}
+	})
+}
+
+type sinkFunc func(execd.Event) bool
+
+func (f sinkFunc) Send(ev execd.Event) bool { return f(ev) }

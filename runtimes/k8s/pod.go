@@ -249,6 +249,17 @@ var waitReasons = []string{
 // polled as soon as the IP is known, not only once the kubelet reports the
 // Pod Running, which it does up to a status sync later.
 func (r *Runtime) waitStarted(ctx context.Context, pod *corev1.Pod, token string, spec runtimes.Spec) (*Sandbox, error) {
+	sb, last, err := r.waitStartedPod(ctx, pod, token, spec)
+	if err != nil {
+		return nil, err
+	}
+	sb.watchExit(last)
+	return sb, nil
+}
+
+// waitStartedPod is waitStarted without the exit watch; it also returns the
+// last state of the Pod it saw.
+func (r *Runtime) waitStartedPod(ctx context.Context, pod *corev1.Pod, token string, spec runtimes.Spec) (*Sandbox, *corev1.Pod, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.c.opts.ReadyTimeout)
 	defer cancel()
 	addrC := make(chan netip.Addr, 1)
@@ -292,9 +303,9 @@ func (r *Runtime) waitStarted(ctx context.Context, pod *corev1.Pod, token string
 	select {
 	case addr = <-addrC:
 	case err := <-fatalC:
-		return nil, err
+		return nil, nil, err
 	case <-ctx.Done():
-		return nil, timeout()
+		return nil, nil, timeout()
 	}
 	sb := newSandbox(r, spec, addr, token)
 	readyC := make(chan error, 1)
@@ -304,14 +315,20 @@ func (r *Runtime) waitStarted(ctx context.Context, pod *corev1.Pod, token string
 		if err != nil {
 			select {
 			case ferr := <-fatalC:
-				return nil, ferr
+				return nil, nil, ferr
 			default:
 			}
-			return nil, err
+			return nil, nil, err
 		}
-		return sb, nil
+		cancel()
+		wg.Wait()
+		p := last.Load()
+		if p == nil {
+			p = pod
+		}
+		return sb, p, nil
 	case err := <-fatalC:
-		return nil, err
+		return nil, nil, err
 	}
 }
 

@@ -12,7 +12,10 @@ import (
 	"net/netip"
 	"net/url"
 	"strconv"
+	"sync"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/hybox-dev/hybox/execd"
 	"github.com/hybox-dev/hybox/ingress"
@@ -33,9 +36,16 @@ type Sandbox struct {
 	execd  *httputil.ReverseProxy
 	client *http.Client
 	tr     *http.Transport
+
+	exited    chan runtimes.ExitStatus // buffered 1
+	stopWatch context.CancelFunc
+	watching  sync.WaitGroup
 }
 
-var _ runtimes.Sandbox = (*Sandbox)(nil)
+var (
+	_ runtimes.Sandbox = (*Sandbox)(nil)
+	_ runtimes.Exiter  = (*Sandbox)(nil)
+)
 
 func newSandbox(r *Runtime, spec runtimes.Spec, addr netip.Addr, token string) *Sandbox {
 	tr := &http.Transport{
@@ -64,7 +74,55 @@ func newSandbox(r *Runtime, spec runtimes.Spec, addr netip.Addr, token string) *
 		},
 	}
 	return &Sandbox{r: r, spec: spec, addr: addr, token: token, execd: rp, tr: tr,
-		client: &http.Client{Transport: tr}}
+		client: &http.Client{Transport: tr}, exited: make(chan runtimes.ExitStatus, 1), stopWatch: func() {}}
+}
+
+// Exited implements runtimes.Exiter: it yields once when the workload
+// container (hybox-execd, its PID 1) ends on its own, as the kubelet
+// reports it: {137, "OOMKilled"} for the memory limit, {code, "Killed"}
+// for a death by signal, {code, "Exited"} otherwise. The channel is closed
+// without a value after Close, when the Pod is deleted (Destroy), and when
+// the watch on the API server fails.
+func (s *Sandbox) Exited() <-chan runtimes.ExitStatus { return s.exited }
+
+// watchExit watches the Pod, from state pod on, for the end of the
+// workload container.
+func (s *Sandbox) watchExit(pod *corev1.Pod) {
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stopWatch = cancel
+	s.watching.Add(1)
+	go func() {
+		defer s.watching.Done()
+		defer close(s.exited)
+		var st *runtimes.ExitStatus
+		err := s.r.watchPod(ctx, pod, func(p *corev1.Pod) bool {
+			for _, cs := range p.Status.ContainerStatuses {
+				if t := cs.State.Terminated; cs.Name == containerName && t != nil {
+					st = exitStatus(t)
+					return true
+				}
+			}
+			return false
+		})
+		if st != nil && ctx.Err() == nil {
+			s.r.c.opts.Logger.Info("sandbox ended on its own", "id", s.spec.ID, "code", st.Code, "reason", st.Reason)
+			s.exited <- *st
+		} else if err != nil && ctx.Err() == nil {
+			s.r.c.opts.Logger.Debug("no longer watching the sandbox's Pod", "id", s.spec.ID, "err", err)
+		}
+	}()
+}
+
+// exitStatus describes how the workload container ended.
+func exitStatus(t *corev1.ContainerStateTerminated) *runtimes.ExitStatus {
+	code := int(t.ExitCode)
+	switch {
+	case t.Reason == "OOMKilled":
+		return &runtimes.ExitStatus{Code: code, Reason: "OOMKilled"}
+	case t.Signal != 0 || code > 128:
+		return &runtimes.ExitStatus{Code: code, Reason: "Killed"}
+	}
+	return &runtimes.ExitStatus{Code: code, Reason: "Exited"}
 }
 
 // url is the address of path on the Pod's execd.
@@ -171,8 +229,11 @@ func (s *Sandbox) Resume(ctx context.Context) error {
 	return fmt.Errorf("%w: the Kubernetes runtime %q cannot resume a sandbox (it never pauses one)", runtimes.ErrNotSupported, s.r.name)
 }
 
-// Close drops idle connections; the Pod keeps running.
+// Close stops watching the Pod and drops idle connections; the Pod keeps
+// running.
 func (s *Sandbox) Close(ctx context.Context) error {
+	s.stopWatch()
+	s.watching.Wait()
 	s.tr.CloseIdleConnections()
 	return nil
 }
