@@ -11,10 +11,16 @@
 //	hybox-execd [--listen-unix PATH] [--listen-tcp ADDR] [--root DIR]
 //	            [--access-token-file FILE] [--subreaper] [--pooled]
 //	            [-- ENTRYPOINT ARGS...]
+//	hybox-execd --install-to PATH
 //
 // With --pooled the container is a warm-pool member: only the unix socket
 // is served and nothing else starts until the server claims it (see
 // execd.ClaimPath), which gives it its environment, files and entrypoint.
+//
+// --install-to copies the binary itself to PATH and exits: the init
+// container of a Kubernetes sandbox (runtimes/k8s) runs it from the
+// hybox-execd image to put execd into a volume the workload container
+// shares, since that image holds nothing else (no shell, no cp).
 //
 // It uses the standard library and a pty library only and is built with
 // CGO_ENABLED=0 as a static binary.
@@ -59,6 +65,7 @@ type config struct {
 	logLevel   string
 	warmShell  bool
 	pooled     bool
+	installTo  string
 	entrypoint []string
 }
 
@@ -76,10 +83,14 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&c.warmShell, "warm-shell", true, "keep a bash started ahead of time for the next command (saves a fork+exec per command; false = every command is a new bash -c)")
 	fs.BoolVar(&c.pooled, "pooled", false, "start as a warm-pool member: serve the unix socket only and wait to be claimed before listening on TCP and starting an entrypoint")
+	fs.StringVar(&c.installTo, "install-to", "", "copy this binary to PATH and exit (an init container's job)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
 	c.entrypoint = fs.Args()
+	if c.installTo != "" {
+		return c, nil
+	}
 	if c.listenUnix == "" && c.listenTCP == "" {
 		return c, errors.New("nothing to listen on: set --listen-unix or --listen-tcp")
 	}
@@ -105,6 +116,13 @@ func run(args []string, stderr io.Writer) int {
 	if err := level.UnmarshalText([]byte(cfg.logLevel)); err != nil {
 		fmt.Fprintln(stderr, "hybox-execd: --log-level:", err)
 		return 2
+	}
+	if cfg.installTo != "" {
+		if err := installSelf(cfg.installTo); err != nil {
+			fmt.Fprintln(stderr, "hybox-execd: --install-to:", err)
+			return 1
+		}
+		return 0
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	if err := serve(cfg, log); err != nil {
@@ -289,6 +307,36 @@ func serve(cfg config, log *slog.Logger) error {
 		_ = os.Remove(cfg.listenUnix)
 	}
 	return nil
+}
+
+// installSelf copies the running binary to path (mode 0755), through a
+// temporary file beside it, so that path is never half-written.
+func installSelf(path string) error {
+	self, err := os.Open("/proc/self/exe")
+	if err != nil {
+		return err
+	}
+	defer self.Close()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".hybox-execd-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := io.Copy(tmp, self); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(0o755); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
 }
 
 // listenUnix listens on a unix socket, replacing a stale socket file.

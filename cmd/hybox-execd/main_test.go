@@ -254,3 +254,27 @@ func TestFlags(t *testing.T) {
 		})
 	}
 }
+
+// TestInstallTo: the init container of a Kubernetes sandbox copies the
+// binary into a shared volume with --install-to; the copy is the same
+// executable and runs.
+func TestInstallTo(t *testing.T) {
+	bin := buildStatic(t)
+	dst := filepath.Join(t.TempDir(), "shared", "bin", "hybox-execd")
+	if out, err := exec.Command(bin, "--install-to", dst).CombinedOutput(); err != nil {
+		t.Fatalf("--install-to: %v\n%s", err, out)
+	}
+	want, _ := os.ReadFile(bin)
+	got, err := os.ReadFile(dst)
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("the copy differs from the binary (err %v)", err)
+	}
+	st, _ := os.Stat(dst)
+	if st.Mode().Perm() != 0o755 {
+		t.Fatalf("mode %v, want 0755", st.Mode().Perm())
+	}
+	out, _ := exec.Command(dst, "--help").CombinedOutput()
+	if !strings.Contains(string(out), "-install-to") {
+		t.Fatalf("the copy does not run: %s", out)
+	}
+}

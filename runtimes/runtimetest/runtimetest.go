@@ -30,6 +30,11 @@ type Config struct {
 	Entrypoint []string
 	// Paused says what the execd API answers while paused: 409 for all
 	// backends today.
+
+	// PauseUnsupported says that the backend cannot pause (Kubernetes, for
+	// now): then Pause and Resume must fail with runtimes.ErrNotSupported
+	// and leave the sandbox working, instead of pausing it.
+	PauseUnsupported bool
 }
 
 // Run runs the suite against cfg.Runtime.
@@ -216,6 +221,18 @@ func testPauseResume(t *testing.T, cfg Config) {
 	c := newClient(t, sb)
 	c.python("kept = 7")
 	ctx := context.Background()
+	if cfg.PauseUnsupported {
+		if err := sb.Pause(ctx); !errors.Is(err, runtimes.ErrNotSupported) {
+			t.Fatalf("pause: %v, want ErrNotSupported", err)
+		}
+		if err := sb.Resume(ctx); !errors.Is(err, runtimes.ErrNotSupported) {
+			t.Fatalf("resume: %v, want ErrNotSupported", err)
+		}
+		if o := c.python("kept * 6"); o.result != "42" {
+			t.Fatalf("state after a refused pause: %+v", o)
+		}
+		return
+	}
 	if err := sb.Pause(ctx); err != nil {
 		t.Fatalf("pause: %v", err)
 	}

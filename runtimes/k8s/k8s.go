@@ -1,0 +1,269 @@
+// Package k8s is the Kubernetes backend: each container sandbox is a Pod
+// whose RuntimeClass (runc, gvisor, or any other the cluster has) comes
+// from the sandbox's runtime. An init container copies hybox-execd from a
+// small image of its own into a volume the workload container shares; the
+// workload container runs hybox-execd as its command, which starts the
+// sandbox's entrypoint and serves the execd API on the Pod's IP, port
+// 44772, behind a per-sandbox access token kept in a Secret beside the Pod.
+// hybox reaches execd on the Pod IP, so the server must be able to route to
+// the cluster's Pod network (true on the node itself and inside the
+// cluster).
+//
+// Not yet: pause and resume (ErrNotSupported), volumes, and the egress
+// policy and vault inside Pods (a sandbox with an egress controller is
+// refused unless Options.UnenforcedEgress says the Pod network has no way
+// out anyway).
+package k8s
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/hybox-dev/hybox/runtimes"
+)
+
+// Labels and annotations on every object the backend makes.
+const (
+	// LabelManagedBy marks hybox's Pods and Secrets ("hybox").
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	// LabelSandbox holds the sandbox id (ids are valid label values).
+	LabelSandbox = "hybox.dev/sandbox"
+	// AnnotationRuntime names the hybox runtime that made the Pod.
+	AnnotationRuntime = "hybox.dev/runtime"
+	managedBy         = "hybox"
+)
+
+// Options configures the backend.
+type Options struct {
+	// Config reaches the API server. Required.
+	Config *rest.Config
+	// Namespace of the sandboxes' Pods and Secrets. Required.
+	Namespace string
+	// ExecdImage is the image holding the static hybox-execd at
+	// /hybox-execd (see ExecdImageArchive), present on every node: Pods use
+	// imagePullPolicy Never. Required.
+	ExecdImage string
+	// ReadyTimeout bounds how long Create waits for execd (default 60 s).
+	ReadyTimeout time.Duration
+	// DefaultMemoryBytes is the memory limit of a sandbox that asks for
+	// none (default 1 GiB).
+	DefaultMemoryBytes int64
+	// UnenforcedEgress accepts sandboxes that have an egress controller
+	// although this backend does not enforce egress policies yet. Set it
+	// only where Pods have no route off the node (the test cluster).
+	UnenforcedEgress bool
+	// Logger; nil = slog.Default().
+	Logger *slog.Logger
+}
+
+// Validate fills defaults and checks required fields.
+//
+// # Errors
+// When Config, Namespace or ExecdImage is missing.
+func (o *Options) Validate() error {
+	if o.Config == nil || o.Namespace == "" || o.ExecdImage == "" {
+		return errors.New("k8s: Config, Namespace and ExecdImage are required")
+	}
+	if errs := validation.IsDNS1123Label(o.Namespace); len(errs) > 0 {
+		return fmt.Errorf("k8s: namespace %q: %s", o.Namespace, strings.Join(errs, "; "))
+	}
+	if o.ReadyTimeout <= 0 {
+		o.ReadyTimeout = 60 * time.Second
+	}
+	if o.DefaultMemoryBytes <= 0 {
+		o.DefaultMemoryBytes = 1 << 30
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return nil
+}
+
+// Cluster is the connection to one cluster, shared by its runtimes.
+type Cluster struct {
+	opts   Options
+	client kubernetes.Interface
+
+	mu        sync.Mutex
+	classes   []string // RuntimeClass names, sorted
+	classesAt time.Time
+}
+
+// classesTTL is how long a list of RuntimeClasses is trusted for a class it
+// contains; a class it lacks is always looked up again.
+const classesTTL = 30 * time.Second
+
+// New connects to the cluster and checks that its API answers.
+//
+// # Errors
+// Invalid options; runtimes.ErrUnavailable when the API server does not
+// answer.
+func New(ctx context.Context, opts Options) (*Cluster, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	client, err := kubernetes.NewForConfig(opts.Config)
+	if err != nil {
+		return nil, fmt.Errorf("k8s: client: %w", err)
+	}
+	c := &Cluster{opts: opts, client: client}
+	if _, err := c.RuntimeClasses(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Client is the cluster's clientset.
+func (c *Cluster) Client() kubernetes.Interface { return c.client }
+
+// RuntimeClasses lists the RuntimeClasses of the cluster, sorted.
+//
+// # Errors
+// runtimes.ErrUnavailable when the API server does not answer.
+func (c *Cluster) RuntimeClasses(ctx context.Context) ([]string, error) {
+	list, err := c.client.NodeV1().RuntimeClasses().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("%w: the Kubernetes API server: %v", runtimes.ErrUnavailable, err)
+	}
+	names := make([]string, 0, len(list.Items))
+	for _, rc := range list.Items {
+		names = append(names, rc.Name)
+	}
+	slices.Sort(names)
+	c.mu.Lock()
+	c.classes, c.classesAt = names, time.Now()
+	c.mu.Unlock()
+	return names, nil
+}
+
+// checkClass reports whether the cluster has RuntimeClass class.
+func (c *Cluster) checkClass(ctx context.Context, class string) error {
+	c.mu.Lock()
+	known, fresh := slices.Contains(c.classes, class), time.Since(c.classesAt) < classesTTL
+	c.mu.Unlock()
+	if known && fresh {
+		return nil
+	}
+	names, err := c.RuntimeClasses(ctx)
+	if err != nil {
+		return err
+	}
+	if !slices.Contains(names, class) {
+		has := "none"
+		if len(names) > 0 {
+			has = strings.Join(names, ", ")
+		}
+		return fmt.Errorf("%w: the cluster has no RuntimeClass %q (it has: %s)", runtimes.ErrInvalid, class, has)
+	}
+	return nil
+}
+
+// Runtime returns the runtime called name (the value of
+// extensions["hybox.io/runtime"] that selects it) whose Pods run under
+// RuntimeClass class, for example Runtime("runsc", "gvisor").
+func (c *Cluster) Runtime(name, class string) *Runtime {
+	return &Runtime{c: c, name: name, class: class}
+}
+
+// Runtime runs sandboxes as Pods of one RuntimeClass.
+type Runtime struct {
+	c     *Cluster
+	name  string
+	class string
+}
+
+var (
+	_ runtimes.Runtime    = (*Runtime)(nil)
+	_ runtimes.Sweeper    = (*Runtime)(nil)
+	_ runtimes.CodeRunner = (*Sandbox)(nil)
+)
+
+// Name is the runtime's name.
+func (r *Runtime) Name() string { return r.name }
+
+// Class is the RuntimeClass of the runtime's Pods.
+func (r *Runtime) Class() string { return r.class }
+
+// validateTimeout bounds the API calls of Validate, which has no context.
+const validateTimeout = 10 * time.Second
+
+// Validate refuses what the backend cannot run: wasm images, ids that are
+// no valid Pod name, volumes, egress it cannot enforce, and a RuntimeClass
+// the cluster lacks (the message names those it has).
+//
+// # Errors
+// runtimes.ErrInvalid or runtimes.ErrNotSupported with a message for the
+// user; runtimes.ErrUnavailable when the API server does not answer.
+func (r *Runtime) Validate(spec runtimes.Spec) error {
+	if strings.HasPrefix(spec.Image, "wasm://") {
+		return fmt.Errorf("%w: %s is a wasm image; use the wasm runtime", runtimes.ErrInvalid, spec.Image)
+	}
+	if errs := validation.IsDNS1123Label(podName(spec.ID)); len(errs) > 0 {
+		return fmt.Errorf("%w: sandbox id %q makes no Pod name: %s", runtimes.ErrInvalid, spec.ID, strings.Join(errs, "; "))
+	}
+	if len(spec.Volumes) > 0 {
+		return fmt.Errorf("%w: the Kubernetes runtime %q has no volumes yet; use runc or runsc for sandboxes with volumes", runtimes.ErrNotSupported, r.name)
+	}
+	if spec.Egress != nil && !r.c.opts.UnenforcedEgress {
+		return fmt.Errorf("%w: the Kubernetes runtime %q does not enforce egress policies yet; use runc or runsc", runtimes.ErrNotSupported, r.name)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), validateTimeout)
+	defer cancel()
+	return r.c.checkClass(ctx, r.class)
+}
+
+// podName is the name of a sandbox's Pod and of its Secret.
+func podName(id string) string { return "hybox-" + id }
+
+// Sweep deletes the Pods and Secrets of this runtime whose sandbox id keep
+// rejects (a crash during create leaves them).
+func (r *Runtime) Sweep(ctx context.Context, keep func(id string) bool) error {
+	sel := metav1.ListOptions{LabelSelector: LabelManagedBy + "=" + managedBy}
+	pods, err := r.c.client.CoreV1().Pods(r.c.opts.Namespace).List(ctx, sel)
+	if err != nil {
+		return fmt.Errorf("%w: list Pods: %v", runtimes.ErrUnavailable, err)
+	}
+	var errs []error
+	for _, p := range pods.Items {
+		id := p.Labels[LabelSandbox]
+		if id == "" || p.Annotations[AnnotationRuntime] != r.name || keep(id) {
+			continue
+		}
+		r.c.opts.Logger.Info("sweeping a Pod with no sandbox record", "pod", p.Name)
+		errs = append(errs, r.Destroy(ctx, runtimes.Spec{ID: id}))
+	}
+	return errors.Join(errs...)
+}
+
+// Destroy deletes the sandbox's Pod (grace period 0) and its Secret. It
+// succeeds when they are gone already. The kubelet stops the Pod's
+// containers after the API object is gone.
+//
+// # Errors
+// runtimes.ErrUnavailable when the API server does not answer.
+func (r *Runtime) Destroy(ctx context.Context, spec runtimes.Spec) error {
+	name := podName(spec.ID)
+	var errs []error
+	grace := int64(0)
+	err := r.c.client.CoreV1().Pods(r.c.opts.Namespace).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &grace})
+	if err != nil && !apierrors.IsNotFound(err) {
+		errs = append(errs, fmt.Errorf("%w: delete Pod %s: %v", runtimes.ErrUnavailable, name, err))
+	}
+	err = r.c.client.CoreV1().Secrets(r.c.opts.Namespace).Delete(ctx, name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		errs = append(errs, fmt.Errorf("%w: delete Secret %s: %v", runtimes.ErrUnavailable, name, err))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,194 @@
+package k8s_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/hybox-dev/hybox/execd"
+	"github.com/hybox-dev/hybox/runtimes"
+	"github.com/hybox-dev/hybox/runtimes/k8s"
+	"github.com/hybox-dev/hybox/runtimes/k8s/k8stest"
+	"github.com/hybox-dev/hybox/runtimes/runtimetest"
+	"github.com/hybox-dev/hybox/sdks/go/api"
+)
+
+func TestMain(m *testing.M) { k8stest.Main(m) }
+
+// cluster connects the backend to the test cluster, with the execd image
+// and the test image imported into its node.
+func cluster(t *testing.T) (*k8s.Cluster, *k8stest.Env, string) { return clusterB(t) }
+
+func clusterB(t testing.TB) (*k8s.Cluster, *k8stest.Env, string) {
+	t.Helper()
+	env := k8stest.Cluster(t)
+	execdImage := env.ExecdImage(t)
+	image := env.Image(t)
+	c, err := k8s.New(context.Background(), k8s.Options{
+		Config: env.Config, Namespace: k8stest.Namespace, ExecdImage: execdImage,
+		ReadyTimeout: 2 * time.Minute,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, env, image
+}
+
+// TestConformance runs the shared suite on Pods of RuntimeClass runc and,
+// when the cluster has it, gvisor.
+func TestConformance(t *testing.T) {
+	c, env, image := cluster(t)
+	for _, rc := range []struct{ name, class string }{{"runc", "runc"}, {"runsc", "gvisor"}} {
+		t.Run(rc.class, func(t *testing.T) {
+			if !slices.Contains(env.Classes, rc.class) {
+				t.Skipf("the test cluster has no RuntimeClass %s (it has %v); gVisor was not built", rc.class, env.Classes)
+			}
+			runtimetest.Run(t, runtimetest.Config{
+				Runtime:          c.Runtime(rc.name, rc.class),
+				Image:            image,
+				Entrypoint:       []string{"sleep", "infinity"},
+				PauseUnsupported: true,
+			})
+		})
+	}
+}
+
+// TestBadInput: what the user got wrong is a 400 that says what the
+// cluster has, and leaves nothing behind.
+func TestBadInput(t *testing.T) {
+	c, env, image := cluster(t)
+	ctx := context.Background()
+	t.Run("UnknownRuntimeClass", func(t *testing.T) {
+		spec := runtimes.Spec{ID: "badclass-" + suffix(), Image: image}
+		err := c.Runtime("kata", "kata").Validate(spec)
+		if !errors.Is(err, runtimes.ErrInvalid) {
+			t.Fatalf("validate: %v, want ErrInvalid", err)
+		}
+		for _, class := range env.Classes {
+			if !strings.Contains(err.Error(), class) {
+				t.Errorf("the error does not name the cluster's RuntimeClass %s: %v", class, err)
+			}
+		}
+		if _, err := c.Runtime("kata", "kata").Create(ctx, spec); !errors.Is(err, runtimes.ErrInvalid) {
+			t.Fatalf("create: %v, want ErrInvalid", err)
+		}
+		assertGone(t, env, spec.ID)
+	})
+	t.Run("ImageNotOnNode", func(t *testing.T) {
+		spec := runtimes.Spec{ID: "noimage-" + suffix(), Image: "localhost/hybox/not-imported:1"}
+		_, err := c.Runtime("runc", "runc").Create(ctx, spec)
+		if !errors.Is(err, runtimes.ErrInvalid) || !strings.Contains(err.Error(), "ErrImageNeverPull") ||
+			!strings.Contains(err.Error(), spec.Image) {
+			t.Fatalf("create: %v, want ErrInvalid naming the image and ErrImageNeverPull", err)
+		}
+		assertGone(t, env, spec.ID)
+	})
+	t.Run("Volumes", func(t *testing.T) {
+		spec := runtimes.Spec{ID: "volumes-" + suffix(), Image: image,
+			Volumes: []runtimes.Volume{{Name: "v", HostPath: "/tmp", MountPath: "/data"}}}
+		if err := c.Runtime("runc", "runc").Validate(spec); !errors.Is(err, runtimes.ErrNotSupported) {
+			t.Fatalf("validate: %v, want ErrNotSupported", err)
+		}
+	})
+}
+
+func suffix() string { return strconv.FormatInt(time.Now().UnixNano(), 36) }
+
+// assertGone checks that no Pod or Secret of sandbox id is left.
+func assertGone(t *testing.T, env *k8stest.Env, id string) {
+	t.Helper()
+	ctx := context.Background()
+	sel := metav1.ListOptions{LabelSelector: k8s.LabelSandbox + "=" + id}
+	pods, err := env.Client.CoreV1().Pods(k8stest.Namespace).List(ctx, sel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets, err := env.Client.CoreV1().Secrets(k8stest.Namespace).List(ctx, sel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Items)+len(secrets.Items) > 0 {
+		t.Fatalf("sandbox %s left %d Pods and %d Secrets", id, len(pods.Items), len(secrets.Items))
+	}
+}
+
+// TestSandbox: what the backend offers beyond the suite: the one-shot code
+// path, the end of a sandbox on its own, and the sweep of unrecorded Pods.
+func TestSandbox(t *testing.T) {
+	c, env, image := cluster(t)
+	rt := c.Runtime("runc", "runc")
+	ctx := context.Background()
+	newSpec := func(name string) runtimes.Spec {
+		return runtimes.Spec{ID: name + "-" + suffix(), Image: image, Entrypoint: []string{"sleep", "infinity"}}
+	}
+	create := func(t *testing.T, spec runtimes.Spec) runtimes.Sandbox {
+		sb, err := rt.Create(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = sb.Close(ctx)
+			if err := rt.Destroy(ctx, spec); err != nil {
+				t.Error(err)
+			}
+		})
+		return sb
+	}
+	t.Run("RunCode", func(t *testing.T) {
+		sb := create(t, newSpec("runcode"))
+		var got []string
+		code := "print(6*7)"
+		err := sb.(runtimes.CodeRunner).RunCode(ctx, api.CodeRunRequest{Code: &code,
+			Context: api.CodeRunContext{Language: "python"}}, sinkFunc(func(ev execd.Event) bool {
+			got = append(got, ev.Text)
+			return true
+		}))
+		if err != nil || !strings.Contains(strings.Join(got, ""), "42") {
+			t.Fatalf("RunCode: %v, output %q", err, got)
+		}
+	})
+	t.Run("Exited", func(t *testing.T) {
+		sb := create(t, newSpec("exited"))
+		// hybox-execd is PID 1: SIGTERM makes it stop and exit 0.
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodPost, "/command", strings.NewReader(`{"command":"kill -TERM 1"}`))
+		req.Header.Set("Content-Type", "application/json")
+		sb.Execd().ServeHTTP(rec, req)
+		select {
+		case st, ok := <-sb.(runtimes.Exiter).Exited():
+			if !ok || st.Reason != "Exited" || st.Code != 0 {
+				t.Fatalf("exit status %+v (ok %v), want {0 Exited}", st, ok)
+			}
+		case <-time.After(2 * time.Minute):
+			t.Fatal("no exit reported")
+		}
+	})
+	t.Run("Sweep", func(t *testing.T) {
+		kept, swept := newSpec("kept"), newSpec("swept")
+		create(t, kept)
+		sb, err := rt.Create(ctx, swept)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = sb.Close(ctx)
+		if err := rt.Sweep(ctx, func(id string) bool { return id != swept.ID }); err != nil {
+			t.Fatal(err)
+		}
+		assertGone(t, env, swept.ID)
+		if _, err := rt.Restore(ctx, kept); err != nil {
+			t.Fatalf("the kept sandbox: %v", err)
+		}
+	})
+}
+
+type sinkFunc func(execd.Event) bool
+
+func (f sinkFunc) Send(ev execd.Event) bool { return f(ev) }

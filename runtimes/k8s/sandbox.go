@@ -1,0 +1,239 @@
+package k8s
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/hybox-dev/hybox/execd"
+	"github.com/hybox-dev/hybox/ingress"
+	"github.com/hybox-dev/hybox/runtimes"
+	"github.com/hybox-dev/hybox/sdks/go/api"
+	"github.com/hybox-dev/hybox/sdks/go/errdefs"
+)
+
+// tokenHeader carries the sandbox's execd token.
+const tokenHeader = "X-EXECD-ACCESS-TOKEN"
+
+// Sandbox is one sandbox Pod, reached on its IP.
+type Sandbox struct {
+	r      *Runtime
+	spec   runtimes.Spec
+	addr   netip.Addr
+	token  string
+	execd  *httputil.ReverseProxy
+	client *http.Client
+	tr     *http.Transport
+
+	exited    chan runtimes.ExitStatus // buffered 1
+	stopWatch context.CancelFunc
+	watching  sync.WaitGroup
+}
+
+var (
+	_ runtimes.Sandbox = (*Sandbox)(nil)
+	_ runtimes.Exiter  = (*Sandbox)(nil)
+)
+
+func newSandbox(r *Runtime, spec runtimes.Spec, addr netip.Addr, token string) *Sandbox {
+	tr := &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+		MaxIdleConnsPerHost: 16,
+		IdleConnTimeout:     30 * time.Second,
+	}
+	target := &url.URL{Scheme: "http", Host: net.JoinHostPort(addr.String(), strconv.Itoa(ExecdPort))}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			// The caller's token (the server's, for the proxy route) is
+			// replaced by the one this Pod's execd wants.
+			pr.Out.Header.Set(tokenHeader, token)
+		},
+		Transport:     tr,
+		FlushInterval: -1, // streams: flush every write
+		ErrorHandler: func(w http.ResponseWriter, req *http.Request, err error) {
+			if req.Context().Err() != nil {
+				return
+			}
+			r.c.opts.Logger.Debug("execd did not answer", "sandbox", spec.ID, "err", err)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadGateway)
+			_, _ = io.WriteString(w, `{"code":"SANDBOX_UNREACHABLE","message":"the sandbox's execd does not answer; its Pod may have stopped"}`)
+		},
+	}
+	return &Sandbox{r: r, spec: spec, addr: addr, token: token, execd: rp, tr: tr,
+		client: &http.Client{Transport: tr}, exited: make(chan runtimes.ExitStatus, 1), stopWatch: func() {}}
+}
+
+// Exited implements runtimes.Exiter: it yields once when the workload
+// container (hybox-execd, its PID 1) ends on its own, as the kubelet
+// reports it: {137, "OOMKilled"} for the memory limit, {code, "Killed"}
+// for a death by signal, {code, "Exited"} otherwise. The channel is closed
+// without a value after Close, when the Pod is deleted (Destroy), and when
+// the watch on the API server fails.
+func (s *Sandbox) Exited() <-chan runtimes.ExitStatus { return s.exited }
+
+// watchExit watches the Pod, from state pod on, for the end of the
+// workload container.
+func (s *Sandbox) watchExit(pod *corev1.Pod) {
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stopWatch = cancel
+	s.watching.Add(1)
+	go func() {
+		defer s.watching.Done()
+		defer close(s.exited)
+		var st *runtimes.ExitStatus
+		err := s.r.watchPod(ctx, pod, func(p *corev1.Pod) bool {
+			for _, cs := range p.Status.ContainerStatuses {
+				if t := cs.State.Terminated; cs.Name == containerName && t != nil {
+					st = exitStatus(t)
+					return true
+				}
+			}
+			return false
+		})
+		if st != nil && ctx.Err() == nil {
+			s.r.c.opts.Logger.Info("sandbox ended on its own", "id", s.spec.ID, "code", st.Code, "reason", st.Reason)
+			s.exited <- *st
+		} else if err != nil && ctx.Err() == nil {
+			s.r.c.opts.Logger.Debug("no longer watching the sandbox's Pod", "id", s.spec.ID, "err", err)
+		}
+	}()
+}
+
+// exitStatus describes how the workload container ended.
+func exitStatus(t *corev1.ContainerStateTerminated) *runtimes.ExitStatus {
+	code := int(t.ExitCode)
+	switch {
+	case t.Reason == "OOMKilled":
+		return &runtimes.ExitStatus{Code: code, Reason: "OOMKilled"}
+	case t.Signal != 0 || code > 128:
+		return &runtimes.ExitStatus{Code: code, Reason: "Killed"}
+	}
+	return &runtimes.ExitStatus{Code: code, Reason: "Exited"}
+}
+
+// url is the address of path on the Pod's execd.
+func (s *Sandbox) url(path string) string {
+	return "http://" + net.JoinHostPort(s.addr.String(), strconv.Itoa(ExecdPort)) + path
+}
+
+// waitReady polls execd's /ping until it answers.
+func (s *Sandbox) waitReady(ctx context.Context, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	delay := 2 * time.Millisecond
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.url("/ping"), nil)
+		req.Header.Set(tokenHeader, s.token)
+		resp, err := s.client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: hybox-execd in Pod %s (%s) did not answer within %s", runtimes.ErrUnavailable,
+				podName(s.spec.ID), s.addr, timeout)
+		case <-time.After(delay):
+		}
+		if delay < 50*time.Millisecond {
+			delay *= 2
+		}
+	}
+}
+
+// Addr is the Pod's IP.
+func (s *Sandbox) Addr() netip.Addr { return s.addr }
+
+// Execd proxies to hybox-execd on the Pod's IP with the sandbox's token.
+func (s *Sandbox) Execd() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Without full duplex, net/http discards the rest of the request
+		// body when the response starts, racing the proxy's transport.
+		_ = http.NewResponseController(w).EnableFullDuplex()
+		s.execd.ServeHTTP(w, r)
+	})
+}
+
+// RunCode runs code through the Pod's execd and hands its events to sink
+// (runtimes.CodeRunner).
+func (s *Sandbox) RunCode(ctx context.Context, req api.CodeRunRequest, sink execd.Sink) error {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url("/code"), bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	hreq.Header.Set(tokenHeader, s.token)
+	resp, err := s.client.Do(hreq)
+	if err != nil {
+		return fmt.Errorf("%w: hybox-execd in Pod %s: %v", errdefs.ErrUnreachable, podName(s.spec.ID), err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		var e api.Error
+		_ = json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&e)
+		return errdefs.FromResponse(resp.StatusCode, &e, "", "")
+	}
+	return api.ReadEvents(resp.Body, sink.Send)
+}
+
+// Proxy reverse-proxies to port on the Pod's IP.
+func (s *Sandbox) Proxy(port int) (http.Handler, error) {
+	target := &url.URL{Scheme: "http", Host: net.JoinHostPort(s.addr.String(), strconv.Itoa(port))}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.FlushInterval = -1
+	id := s.spec.ID
+	rp.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
+		if r.Context().Err() != nil {
+			return // the client went away
+		}
+		s.r.c.opts.Logger.Debug("sandbox port did not answer", "sandbox", id, "port", port, "err", err)
+		ingress.WriteError(w, &ingress.PortUnreachableError{Sandbox: id, Port: port})
+	}
+	return rp, nil
+}
+
+// Pause is not supported yet: Kubernetes has no pause for a Pod's
+// containers, and the node's freezer is not reachable through the API.
+//
+// # Errors
+// runtimes.ErrNotSupported.
+func (s *Sandbox) Pause(ctx context.Context) error {
+	return fmt.Errorf("%w: the Kubernetes runtime %q cannot pause a sandbox yet; use runc or runsc for sandboxes that pause", runtimes.ErrNotSupported, s.r.name)
+}
+
+// Resume is not supported yet (see Pause).
+//
+// # Errors
+// runtimes.ErrNotSupported.
+func (s *Sandbox) Resume(ctx context.Context) error {
+	return fmt.Errorf("%w: the Kubernetes runtime %q cannot resume a sandbox (it never pauses one)", runtimes.ErrNotSupported, s.r.name)
+}
+
+// Close stops watching the Pod and drops idle connections; the Pod keeps
+// running.
+func (s *Sandbox) Close(ctx context.Context) error {
+	s.stopWatch()
+	s.watching.Wait()
+	s.tr.CloseIdleConnections()
+	return nil
+}
