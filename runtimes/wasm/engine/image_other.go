@@ -16,6 +16,8 @@ func newImageImpl(mem []byte) (imageImpl, error) { return imageImpl{mem: bytes.C
 
 func (i imageImpl) close() error { return nil }
 
+func (i imageImpl) bytes(uint64) ([]byte, error) { return i.mem, nil }
+
 func (i imageImpl) allocate(size, max uint64, l *MemoryLimit, mu *sync.Mutex) imageMemory {
 	return &copyMemory{img: i.mem, inner: limitedMemory{limit: limitFor(max, l), max: max}, mu: mu}
 }
