@@ -30,6 +30,7 @@ type reactorInterp struct {
 	mu     sync.Mutex
 	inst   *rinstance // nil after a kill, until the next Run
 	fresh  bool       // inst has not had its init request yet
+	reseed bool       // inst is a fork: reseed its random generator first
 	closed bool
 }
 
@@ -81,14 +82,18 @@ func (it *reactorInterp) Run(ctx context.Context, code string, out execd.Output)
 	}
 	var reqs []byte
 	it.mu.Lock()
-	if it.fresh {
-		it.fresh = false
+	switch {
+	case it.fresh:
+		it.fresh, it.reseed = false, false
 		init, err := json.Marshal(map[string]any{"cwd": it.cwd, "env": map[string]string{"HOME": it.cwd}, "clone": true})
 		if err != nil {
 			it.mu.Unlock()
 			return nil, err
 		}
 		reqs = pydriver.AppendRequest(reqs, pydriver.RequestInit, init)
+	case it.reseed:
+		it.reseed = false
+		reqs = pydriver.AppendRequest(reqs, pydriver.RequestInit, []byte(`{"clone": true}`))
 	}
 	it.mu.Unlock()
 	reqs = pydriver.AppendRequest(reqs, pydriver.RequestExec, []byte(code))
