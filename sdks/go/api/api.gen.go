@@ -584,7 +584,12 @@ type CreateSandboxRequest struct {
 	// Extensions Free-form string settings, stored and echoed. hybox reads `hybox.io/runtime`, which
 	// picks the runtime: `wasm` (in-process WebAssembly: python, javascript, bash built-ins;
 	// no ports, no PTY, no host volumes), `runc` (OCI container) or `runsc` (OCI container
-	// under gVisor). An unknown or unavailable runtime is a 400.
+	// under gVisor). An unknown or unavailable runtime is a 400. `hybox.io/isolation` (wasm
+	// only) isolates code executions from each other: `per-call` starts every execution from
+	// the same saved state, a fresh interpreter (variables, imported and monkeypatched modules
+	// of one execution are not seen by the next); `per-call+workspace` also puts the
+	// workspace back after every execution as it was when the first one started (files
+	// written, changed or removed). Shell commands are not isolated. Another value is a 400.
 	Extensions Extensions `json:"extensions,omitempty,omitzero"`
 	Image      ImageSpec  `json:"image"`
 
@@ -776,7 +781,12 @@ type ExecError struct {
 // Extensions Free-form string settings, stored and echoed. hybox reads `hybox.io/runtime`, which
 // picks the runtime: `wasm` (in-process WebAssembly: python, javascript, bash built-ins;
 // no ports, no PTY, no host volumes), `runc` (OCI container) or `runsc` (OCI container
-// under gVisor). An unknown or unavailable runtime is a 400.
+// under gVisor). An unknown or unavailable runtime is a 400. `hybox.io/isolation` (wasm
+// only) isolates code executions from each other: `per-call` starts every execution from
+// the same saved state, a fresh interpreter (variables, imported and monkeypatched modules
+// of one execution are not seen by the next); `per-call+workspace` also puts the
+// workspace back after every execution as it was when the first one started (files
+// written, changed or removed). Shell commands are not isolated. Another value is a 400.
 type Extensions = map[string]string
 
 // FileInfo defines model for FileInfo.
@@ -803,6 +813,21 @@ type FileInfoType string
 //
 // Examples: 644, 755
 type FileMode = Mode
+
+// ForkSandboxRequest defines model for ForkSandboxRequest.
+type ForkSandboxRequest struct {
+	// Count How many copies to make (default 1).
+	Count int `json:"count,omitempty,omitzero"`
+
+	// Metadata User labels. Keys are non-empty, at most 253 characters, and may not start with the
+	// reserved prefix `opensandbox.io/`.
+	Metadata Metadata `json:"metadata,omitempty,omitzero"`
+}
+
+// ForkSandboxResponse defines model for ForkSandboxResponse.
+type ForkSandboxResponse struct {
+	Sandboxes []Sandbox `json:"sandboxes"`
+}
 
 // Health defines model for Health.
 type Health struct {
@@ -1104,7 +1129,12 @@ type Sandbox struct {
 	// Extensions Free-form string settings, stored and echoed. hybox reads `hybox.io/runtime`, which
 	// picks the runtime: `wasm` (in-process WebAssembly: python, javascript, bash built-ins;
 	// no ports, no PTY, no host volumes), `runc` (OCI container) or `runsc` (OCI container
-	// under gVisor). An unknown or unavailable runtime is a 400.
+	// under gVisor). An unknown or unavailable runtime is a 400. `hybox.io/isolation` (wasm
+	// only) isolates code executions from each other: `per-call` starts every execution from
+	// the same saved state, a fresh interpreter (variables, imported and monkeypatched modules
+	// of one execution are not seen by the next); `per-call+workspace` also puts the
+	// workspace back after every execution as it was when the first one started (files
+	// written, changed or removed). Shell commands are not isolated. Another value is a 400.
 	Extensions Extensions `json:"extensions,omitempty,omitzero"`
 	ID         string     `json:"id"`
 	Image      ImageSpec  `json:"image"`
@@ -1706,6 +1736,9 @@ type RunOnceJSONRequestBody = RunRequest
 
 // CreateSandboxJSONRequestBody defines body for CreateSandbox for application/json ContentType.
 type CreateSandboxJSONRequestBody = CreateSandboxRequest
+
+// ForkSandboxJSONRequestBody defines body for ForkSandbox for application/json ContentType.
+type ForkSandboxJSONRequestBody = ForkSandboxRequest
 
 // PatchSandboxMetadataJSONRequestBody defines body for PatchSandboxMetadata for application/json ContentType.
 type PatchSandboxMetadataJSONRequestBody = MetadataPatch

@@ -175,6 +175,39 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/sandboxes/{id}/fork": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox id (a UUID v4). */
+                id: components["parameters"]["SandboxId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Copy a sandbox, its files and the state of its code contexts.
+         * @description Creates `count` new sandboxes (1 by default, at most 16), each `Running`, each holding a
+         *     copy of the source's workspace and of every code context: the same context ids,
+         *     execution counts, and interpreter state (variables, imported modules, working
+         *     directory; open files are not carried over). The source may be `Running` or `Paused`;
+         *     executions running in it are waited for, and it keeps its own state. A fork has the
+         *     source's image, environment, resource limits, extensions, network policy and timeout
+         *     (counted from the fork); its metadata is the source's with `metadata` merged over it.
+         *     Copies are independent: what one writes, the other does not see. A code context of a
+         *     copy is restored on its first execution and reseeds its random generators. The
+         *     credential vault is not copied. Only wasm sandboxes can be forked today: others answer
+         *     400 `NOT_SUPPORTED`.
+         */
+        post: operations["forkSandbox"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/sandboxes/{id}/renew-expiration": {
         parameters: {
             query?: never;
@@ -1128,11 +1161,18 @@ export interface components {
          * @description Free-form string settings, stored and echoed. hybox reads `hybox.io/runtime`, which
          *     picks the runtime: `wasm` (in-process WebAssembly: python, javascript, bash built-ins;
          *     no ports, no PTY, no host volumes), `runc` (OCI container) or `runsc` (OCI container
-         *     under gVisor). An unknown or unavailable runtime is a 400.
+         *     under gVisor). An unknown or unavailable runtime is a 400. `hybox.io/isolation` (wasm
+         *     only) isolates code executions from each other: `per-call` starts every execution from
+         *     the same saved state, a fresh interpreter (variables, imported and monkeypatched modules
+         *     of one execution are not seen by the next); `per-call+workspace` also puts the
+         *     workspace back after every execution as it was when the first one started (files
+         *     written, changed or removed). Shell commands are not isolated. Another value is a 400.
          */
         Extensions: {
             /** @enum {string} */
             "hybox.io/runtime"?: "wasm" | "runc" | "runsc";
+            /** @enum {string} */
+            "hybox.io/isolation"?: "per-call" | "per-call+workspace";
         } & {
             [key: string]: string;
         };
@@ -1216,6 +1256,14 @@ export interface components {
         ListSandboxesResponse: {
             items: components["schemas"]["Sandbox"][];
             pagination: components["schemas"]["Pagination"];
+        };
+        ForkSandboxRequest: {
+            /** @description How many copies to make (default 1). */
+            count?: number;
+            metadata?: components["schemas"]["Metadata"];
+        };
+        ForkSandboxResponse: {
+            sandboxes: components["schemas"]["Sandbox"][];
         };
         RenewExpirationRequest: {
             /** Format: date-time */
@@ -2902,6 +2950,40 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["SandboxNotFound"];
             409: components["responses"]["InvalidState"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    forkSandbox: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox id (a UUID v4). */
+                id: components["parameters"]["SandboxId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["ForkSandboxRequest"];
+            };
+        };
+        responses: {
+            /** @description The copies, each as `createSandbox` answers. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ForkSandboxResponse"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["SandboxNotFound"];
+            409: components["responses"]["InvalidState"];
+            413: components["responses"]["PayloadTooLarge"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["Unavailable"];
         };

@@ -111,7 +111,12 @@ class Extensions(BaseModel):
     Free-form string settings, stored and echoed. hybox reads `hybox.io/runtime`, which
     picks the runtime: `wasm` (in-process WebAssembly: python, javascript, bash built-ins;
     no ports, no PTY, no host volumes), `runc` (OCI container) or `runsc` (OCI container
-    under gVisor). An unknown or unavailable runtime is a 400.
+    under gVisor). An unknown or unavailable runtime is a 400. `hybox.io/isolation` (wasm
+    only) isolates code executions from each other: `per-call` starts every execution from
+    the same saved state, a fresh interpreter (variables, imported and monkeypatched modules
+    of one execution are not seen by the next); `per-call+workspace` also puts the
+    workspace back after every execution as it was when the first one started (files
+    written, changed or removed). Shell commands are not isolated. Another value is a 400.
 
     """
 
@@ -123,6 +128,10 @@ class Extensions(BaseModel):
     }
     hybox_io_runtime: Annotated[
         Literal['wasm', 'runc', 'runsc'] | None, Field(alias='hybox.io/runtime')
+    ] = None
+    hybox_io_isolation: Annotated[
+        Literal['per-call', 'per-call+workspace'] | None,
+        Field(alias='hybox.io/isolation'),
     ] = None
 
 
@@ -185,6 +194,14 @@ class Pagination(BaseModel):
     totalItems: int
     totalPages: int
     hasNextPage: bool
+
+
+class ForkSandboxRequest(BaseModel):
+    count: Annotated[int | None, Field(ge=1, le=16)] = None
+    """
+    How many copies to make (default 1).
+    """
+    metadata: Metadata | None = None
 
 
 class RenewExpirationRequest(BaseModel):
@@ -875,6 +892,10 @@ class Sandbox(BaseModel):
 class ListSandboxesResponse(BaseModel):
     items: list[Sandbox]
     pagination: Pagination
+
+
+class ForkSandboxResponse(BaseModel):
+    sandboxes: list[Sandbox]
 
 
 class RunRequest(BaseModel):
