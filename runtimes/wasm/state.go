@@ -266,7 +266,7 @@ func (it *ctxInterp) Close() error {
 	}
 	it.mu.Unlock()
 	if inner != nil {
-		it.saving.Lock() // not while a save reads its memory
+		it.saving.Lock()  // not while a save reads its memory
 		_ = inner.Close() // interrupts a Run in progress
 		it.saving.Unlock()
 	}

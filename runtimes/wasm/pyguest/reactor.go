@@ -66,7 +66,7 @@ type reactor struct {
 	stdlib memFS      // the stdlib zip
 	tree   *pycacheFS // the same as a directory tree, for commands
 
-	imageDir string             // where the image is saved; "" = nowhere
+	imageDir string // where the image is saved; "" = nowhere
 	log      func(msg string, args ...any)
 
 	mu    sync.Mutex
