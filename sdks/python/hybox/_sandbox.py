@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins as _builtins
 import asyncio
 import datetime as _dt
 from collections.abc import Mapping, Sequence
@@ -244,7 +245,7 @@ class AsyncSandbox:
         """Resumes a paused sandbox. Raises :class:`ConflictError` if it is not paused."""
         await self._t.send("POST", self._path("/resume"), idempotent=True)
 
-    async def fork(self, count: int = 1, *, metadata: Mapping[str, str] | None = None) -> list[AsyncSandbox]:
+    async def fork(self, count: int = 1, *, metadata: Mapping[str, str] | None = None) -> _builtins.list[AsyncSandbox]:
         """Copies the sandbox ``count`` times (1..16): each copy runs with a copy of the
         workspace and of every code context's state (ids, execution counts, variables), and the
         metadata with ``metadata`` merged over it. Copies and source are independent. Raises

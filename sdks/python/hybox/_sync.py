@@ -567,7 +567,7 @@ class Sandbox:
         """Resumes a paused sandbox."""
         _run(self._a.resume())
 
-    def fork(self, count: int = 1, *, metadata: Mapping[str, str] | None = None) -> list[Sandbox]:
+    def fork(self, count: int = 1, *, metadata: Mapping[str, str] | None = None) -> builtins.list[Sandbox]:
         """Copies the sandbox; see :meth:`AsyncSandbox.fork`."""
         return [Sandbox(a) for a in _run(self._a.fork(count, metadata=metadata))]
 
