@@ -237,9 +237,9 @@ func (it *ctxInterp) saveLocked(ctx context.Context, park bool) error {
 		it.mu.Lock()
 		it.saved, it.hasFile = true, st != nil
 		it.mu.Unlock()
-	}
-	if err := it.s.persist(); err != nil {
-		return err
+		if err := it.s.persist(); err != nil {
+			return err
+		}
 	}
 	if park && inner != nil {
 		it.mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -229,4 +230,38 @@ func TestPerCallIsolation(t *testing.T) {
 
 	bad := runtimes.Spec{ID: "b", Image: "wasm://default", Extensions: map[string]string{wasm.ExtensionIsolation: "sometimes"}}
 	require.ErrorIs(t, rt.Validate(bad), runtimes.ErrInvalid)
+}
+
+// BenchmarkFork: Runtime.Fork of a sandbox whose Python context holds
+// 50 MB of data and whose state is saved (no HTTP, no record).
+func BenchmarkFork(b *testing.B) {
+	rt, stop, err := wasm.Setup(context.Background(), wasm.SetupOptions{Engine: wasmtest.Engine(b), ImageDir: filepath.Join(b.TempDir(), "images")})
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = stop() })
+	spec := runtimes.Spec{ID: "s", Image: "wasm://default", Dir: b.TempDir()}
+	sb, err := rt.Create(context.Background(), spec)
+	require.NoError(b, err)
+	defer sb.Close(context.Background())
+	code := "data = b'x' * (50 << 20)"
+	var s sink
+	require.NoError(b, sb.(runtimes.CodeRunner).RunCode(context.Background(), api.CodeRunRequest{Code: &code}, &s))
+	require.NoError(b, sb.Pause(context.Background())) // saved
+	require.NoError(b, sb.Resume(context.Background()))
+	var lat []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		cs := spec
+		cs.ID, cs.Dir = "c", filepath.Join(b.TempDir(), "c")
+		start := time.Now()
+		c, err := rt.Fork(context.Background(), sb, cs)
+		lat = append(lat, time.Since(start))
+		require.NoError(b, err)
+		b.StopTimer()
+		_ = c.Close(context.Background())
+		b.StartTimer()
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
 }
