@@ -348,6 +348,12 @@ func readManifest(dir string) (manifest, error) {
 // adoptSaved gives the handler the contexts saved in the manifest, each
 // to be restored on its first execution.
 func (s *Sandbox) adoptSaved(h *execd.Handler) {
+	// Temporary files of writes a killed process did not finish.
+	if tmps, _ := filepath.Glob(filepath.Join(s.stateDir(), ".state-*")); len(tmps) > 0 {
+		for _, p := range tmps {
+			_ = os.Remove(p)
+		}
+	}
 	m, err := readManifest(s.stateDir())
 	if errors.Is(err, fs.ErrNotExist) {
 		return

@@ -139,6 +139,9 @@ func WriteState(w io.Writer, s *State) error {
 		meta = binary.LittleEndian.AppendUint64(meta, p.Off)
 		meta = binary.LittleEndian.AppendUint32(meta, uint32(len(p.Data)))
 	}
+	// The pages start at a multiple of PageSize in the file, so that a
+	// reader may map them instead of reading them.
+	meta = append(meta, make([]byte, pagePad(len(meta)))...)
 	body := uint64(len(meta)) + s.DirtyBytes()
 	hdr := make([]byte, 0, 24)
 	hdr = append(hdr, stateMagic[:]...)
@@ -239,6 +242,9 @@ func ReadState(r io.Reader) (*State, error) {
 		s.Pages[i].Off = d.u64()
 		lens[i] = d.u32()
 	}
+	if pad := d.bytes(uint64(pagePad(len(body[:n]) - len(d.b)))); d.err || !allZero(pad) {
+		return nil, fmt.Errorf("%w: inconsistent layout", ErrState)
+	}
 	for i := range s.Pages {
 		s.Pages[i].Data = d.bytes(uint64(lens[i]))
 	}
@@ -249,6 +255,20 @@ func ReadState(r io.Reader) (*State, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// pagePad is the padding after metaLen bytes of body that puts the pages
+// at a multiple of PageSize from the start of the file (after the 24-byte
+// header).
+func pagePad(metaLen int) int { return (PageSize - (24+metaLen)%PageSize) % PageSize }
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // decoder reads the body; a short read sets err and yields zeros.

@@ -30,6 +30,9 @@ func TestStateRoundTrip(t *testing.T) {
 	if err := WriteState(&buf, s); err != nil {
 		t.Fatal(err)
 	}
+	if off := buf.Len() - 4 - int(s.DirtyBytes()); off%PageSize != 0 || !bytes.Equal(buf.Bytes()[off:off+PageSize], s.Pages[0].Data[:PageSize]) {
+		t.Fatalf("the pages start at file offset %d, not at a page boundary", off)
+	}
 	got, err := ReadState(bytes.NewReader(buf.Bytes()))
 	if err != nil {
 		t.Fatal(err)
