@@ -155,3 +155,11 @@ func (s *Server) forkRecord(src *Record, md api.Metadata) *Record {
 	}
 	return &rec
 }
+
+// discard tells a sandbox that is about to be destroyed that its Close
+// need not save anything (wasm sandboxes save their contexts at Close).
+func discard(sb runtimes.Sandbox) {
+	if d, ok := sb.(interface{ Discard() }); ok {
+		d.Discard()
+	}
+}

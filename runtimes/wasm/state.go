@@ -177,10 +177,11 @@ func (it *ctxInterp) ensure(ctx context.Context) (execd.Interpreter, error) {
 }
 
 func (it *ctxInterp) restore(ctx context.Context, reseed bool) (execd.Interpreter, error) {
-	st, err := engine.ReadStateFile(it.s.statePath(it.key))
+	st, err := engine.MapStateFile(it.s.statePath(it.key))
 	if err != nil {
 		return nil, err
 	}
+	defer st.Close() // an instance that mapped its pages keeps its own mapping
 	return it.guest.RestoreInterpreter(ctx, it.s.root, it.s.mem, it.s.egress, st, reseed)
 }
 

@@ -249,6 +249,7 @@ type Sandbox struct {
 	mu      sync.Mutex
 	paused  bool
 	closing bool
+	discard bool // Close saves nothing: the sandbox is being destroyed
 }
 
 var (
@@ -324,15 +325,25 @@ func (s *Sandbox) Resume(ctx context.Context) error {
 func (s *Sandbox) Close(ctx context.Context) error {
 	s.mu.Lock()
 	s.closing = true
-	h := s.execd
+	h, discard := s.execd, s.discard
 	s.mu.Unlock()
-	if err := s.parkAll(ctx, false); err != nil {
-		slog.Warn("save code contexts at close", "err", err)
+	if !discard {
+		if err := s.parkAll(ctx, false); err != nil {
+			slog.Warn("save code contexts at close", "err", err)
+		}
 	}
 	if h != nil {
 		h.Close()
 	}
 	return s.root.Close()
+}
+
+// Discard tells a sandbox about to be destroyed that Close need not save
+// its contexts.
+func (s *Sandbox) Discard() {
+	s.mu.Lock()
+	s.discard = true
+	s.mu.Unlock()
 }
 
 // Root is the workspace.

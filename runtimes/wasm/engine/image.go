@@ -91,6 +91,20 @@ type ImageMemory struct {
 
 type storer interface {
 	store32(off uint64, v uint32) bool
+	overlay(st *State) bool
+}
+
+// Overlay maps the pages of st (from MapStateFile) into the instance's memory, which must
+// already be at least st.Size long, copy-on-write from the state's file:
+// the instance reads them from the page cache and copies a page only when
+// it writes it. It reports false when it could not (on systems without
+// such mappings, or a failed mapping); the caller then writes the pages
+// with Apply. Call it before the guest runs.
+func (h *ImageMemory) Overlay(st *State) bool {
+	h.mu.Lock()
+	m := h.m
+	h.mu.Unlock()
+	return m != nil && st.mapped != nil && m.overlay(st)
 }
 
 // imageMemory is a linear memory started from an image.

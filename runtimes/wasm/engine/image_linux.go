@@ -63,13 +63,14 @@ func (i imageImpl) allocate(size, max uint64, l *MemoryLimit, mu *sync.Mutex) im
 // to a page copies it. The address never changes, so growth only lengthens
 // the slice.
 type cowMemory struct {
-	img     imageImpl
-	imgSize uint64
-	max     uint64
-	l       *MemoryLimit
-	mu      *sync.Mutex // guards region against store32
-	region  []byte
-	size    uint64 // current length
+	img      imageImpl
+	imgSize  uint64
+	max      uint64
+	l        *MemoryLimit
+	mu       *sync.Mutex // guards region against store32
+	region   []byte
+	size     uint64      // current length
+	overlays [][2]uint64 // (offset, length) mapped from saved states: always compared
 }
 
 func (m *cowMemory) Reallocate(size uint64) []byte {
@@ -157,5 +158,51 @@ func (m *cowMemory) written(n uint64) ([]bool, bool) {
 		}
 		done += k
 	}
+	for _, o := range m.overlays {
+		for p := o[0] / PageSize; p < (o[0]+o[1])/PageSize && p < pages; p++ {
+			out[p] = true
+		}
+	}
 	return out, true
+}
+
+// mapFile maps f read-only (an empty file is an empty slice).
+func mapFile(f *os.File) ([]byte, func(), error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, nil, err
+	}
+	if fi.Size() == 0 {
+		return nil, func() {}, nil
+	}
+	b, err := unix.Mmap(int(f.Fd()), 0, int(fi.Size()), unix.PROT_READ, unix.MAP_SHARED|unix.MAP_POPULATE)
+	if err != nil {
+		return nil, nil, err
+	}
+	return b, func() { _ = unix.Munmap(b) }, nil
+}
+
+// overlay maps the pages of st, from its file, over the memory,
+// copy-on-write.
+func (m *cowMemory) overlay(st *State) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.region == nil {
+		return false
+	}
+	off := st.mapped.data
+	for _, p := range st.Pages {
+		n := uint64(len(p.Data))
+		if p.Off+n > m.size {
+			return false
+		}
+		// Counted as written before it is mapped: Diff must compare it.
+		m.overlays = append(m.overlays, [2]uint64{p.Off, n})
+		if _, err := unix.MmapPtr(int(st.mapped.f.Fd()), int64(off), unsafe.Pointer(&m.region[p.Off]), uintptr(n),
+			unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_FIXED); err != nil {
+			return false
+		}
+		off += n
+	}
+	return true
 }

@@ -4,6 +4,8 @@ package engine
 
 import (
 	"bytes"
+	"io"
+	"os"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -59,3 +61,11 @@ func (m *copyMemory) Free() {
 	m.inner.Free()
 	m.cur = nil
 }
+
+// mapFile reads f into memory.
+func mapFile(f *os.File) ([]byte, func(), error) {
+	b, err := io.ReadAll(f)
+	return b, func() {}, err
+}
+
+func (m *copyMemory) overlay(*State) bool { return false }

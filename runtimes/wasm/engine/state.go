@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"unsafe"
 )
 
 // ErrState marks saved state that cannot be used: truncated, corrupted,
@@ -42,6 +43,8 @@ type State struct {
 	Globals []uint64 // mutable globals, in an order the guest package defines
 	Host    []byte   // the guest package's own data
 	Pages   []Page   // sorted, not overlapping, inside Size
+
+	mapped *mapping // set by MapStateFile
 }
 
 // Page is a run of memory: Data is written at byte offset Off. Off and
@@ -203,27 +206,57 @@ func ReadState(r io.Reader) (*State, error) {
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return nil, fmt.Errorf("%w: truncated header: %v", ErrState, err)
 	}
+	n, err := checkHeader(hdr[:])
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, 24+n+4)
+	copy(b, hdr[:])
+	if got, err := io.ReadFull(r, b[24:]); err != nil {
+		return nil, fmt.Errorf("%w: truncated: %d of %d bytes", ErrState, got, n+4)
+	}
+	return decodeState(b)
+}
+
+// checkHeader checks the 24-byte header and returns the body's length.
+func checkHeader(hdr []byte) (uint64, error) {
 	if [8]byte(hdr[:8]) != stateMagic {
-		return nil, fmt.Errorf("%w: not a hybox saved state", ErrState)
+		return 0, fmt.Errorf("%w: not a hybox saved state", ErrState)
 	}
 	if crc32.Checksum(hdr[:20], castagnoli) != binary.LittleEndian.Uint32(hdr[20:]) {
-		return nil, fmt.Errorf("%w: header checksum mismatch (corrupted)", ErrState)
+		return 0, fmt.Errorf("%w: header checksum mismatch (corrupted)", ErrState)
 	}
 	if v := binary.LittleEndian.Uint32(hdr[8:]); v != StateVersion {
-		return nil, fmt.Errorf("%w: format version %d, this server reads version %d", ErrState, v, StateVersion)
+		return 0, fmt.Errorf("%w: format version %d, this server reads version %d", ErrState, v, StateVersion)
 	}
 	n := binary.LittleEndian.Uint64(hdr[12:])
 	if n > maxStateBody {
-		return nil, fmt.Errorf("%w: body of %d bytes is larger than any wasm memory", ErrState, n)
+		return 0, fmt.Errorf("%w: body of %d bytes is larger than any wasm memory", ErrState, n)
 	}
-	body := make([]byte, n+4)
-	if got, err := io.ReadFull(r, body); err != nil {
-		return nil, fmt.Errorf("%w: truncated: %d of %d bytes", ErrState, got, len(body))
+	return n, nil
+}
+
+// decodeState decodes a whole saved state (header, body, trailer); the
+// pages of the result alias b.
+func decodeState(b []byte) (*State, error) {
+	if len(b) < 24 {
+		return nil, fmt.Errorf("%w: truncated header: %d bytes", ErrState, len(b))
 	}
-	if crc32.Checksum(body[:n], castagnoli) != binary.LittleEndian.Uint32(body[n:]) {
+	n, err := checkHeader(b[:24])
+	if err != nil {
+		return nil, err
+	}
+	if uint64(len(b)) < 24+n+4 {
+		return nil, fmt.Errorf("%w: truncated: %d of %d bytes", ErrState, len(b)-24, n+4)
+	}
+	if uint64(len(b)) > 24+n+4 {
+		return nil, fmt.Errorf("%w: %d bytes of trailing data", ErrState, uint64(len(b))-24-n-4)
+	}
+	body := b[24 : 24+n]
+	if crc32.Checksum(body, castagnoli) != binary.LittleEndian.Uint32(b[24+n:]) {
 		return nil, fmt.Errorf("%w: checksum mismatch (corrupted)", ErrState)
 	}
-	d := decoder{b: body[:n]}
+	d := decoder{b: body}
 	s := &State{Kind: d.str16(), Base: d.str16(), Size: d.u64()}
 	if g := d.u32(); d.ok(uint64(g) * 8) {
 		s.Globals = make([]uint64, g)
@@ -242,7 +275,7 @@ func ReadState(r io.Reader) (*State, error) {
 		s.Pages[i].Off = d.u64()
 		lens[i] = d.u32()
 	}
-	if pad := d.bytes(uint64(pagePad(len(body[:n]) - len(d.b)))); d.err || !allZero(pad) {
+	if pad := d.bytes(uint64(pagePad(len(body) - len(d.b)))); d.err || !allZero(pad) {
 		return nil, fmt.Errorf("%w: inconsistent layout", ErrState)
 	}
 	for i := range s.Pages {
@@ -362,4 +395,54 @@ func ReadStateFile(path string) (*State, error) {
 		return nil, fmt.Errorf("%s: %w", filepath.Base(path), err)
 	}
 	return s, nil
+}
+
+// mapping is the file a State's pages are mapped from (MapStateFile).
+type mapping struct {
+	f     *os.File
+	data  uint64 // file offset of the first page's bytes
+	unmap func()
+}
+
+// MapStateFile opens the State at path and checks it as ReadStateFile
+// does, but leaves its pages mapped read-only from the file (on Linux;
+// elsewhere they are read), so that ImageMemory.Overlay can map them into
+// an instance copy-on-write instead of copying them. Close the State when
+// done with its pages; an overlay keeps its own reference to the file.
+//
+// # Errors
+// fs.ErrNotExist when there is none; ErrState as ReadState.
+func MapStateFile(path string) (*State, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	b, unmap, err := mapFile(f)
+	if err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	st, err := decodeState(b)
+	if err != nil {
+		unmap()
+		_ = f.Close()
+		return nil, fmt.Errorf("%s: %w", filepath.Base(path), err)
+	}
+	st.mapped = &mapping{f: f, unmap: unmap}
+	if len(st.Pages) > 0 {
+		st.mapped.data = uint64(uintptr(unsafe.Pointer(&st.Pages[0].Data[0])) - uintptr(unsafe.Pointer(&b[0])))
+	}
+	return st, nil
+}
+
+// Close releases the mapping of a State from MapStateFile (its pages are
+// then gone); for other States it does nothing.
+func (s *State) Close() error {
+	m := s.mapped
+	if m == nil {
+		return nil
+	}
+	s.mapped, s.Pages = nil, nil
+	m.unmap()
+	return m.f.Close()
 }

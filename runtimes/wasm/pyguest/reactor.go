@@ -69,6 +69,8 @@ type reactor struct {
 	imageDir string // where the image is saved; "" = nowhere
 	log      func(msg string, args ...any)
 
+	viewMu sync.RWMutex // held (read) while a save reads the image; close waits
+
 	mu    sync.Mutex
 	img   *engine.Image // nil until the first context
 	imgID string        // identity of img, named by the contexts saved from it
@@ -227,6 +229,8 @@ func (r *reactor) boot(ctx context.Context) error {
 }
 
 func (r *reactor) close() {
+	r.viewMu.Lock()
+	defer r.viewMu.Unlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.img != nil {

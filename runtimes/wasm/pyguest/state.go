@@ -164,9 +164,15 @@ func (it *reactorInterp) SaveState(ctx context.Context) (*engine.State, error) {
 	if ri.dead {
 		return nil, nil
 	}
-	img, _, _, err := it.m.rx.image(ctx)
-	if err != nil {
-		return nil, err
+	// The image stays mapped until the diff is taken: a Manager closing
+	// meanwhile waits.
+	it.m.rx.viewMu.RLock()
+	defer it.m.rx.viewMu.RUnlock()
+	it.m.rx.mu.Lock()
+	img := it.m.rx.img
+	it.m.rx.mu.Unlock()
+	if img == nil || it.m.isClosed() {
+		return nil, ErrClosed
 	}
 	mem, ok := ri.mod.Memory().Read(0, ri.mod.Memory().Size())
 	if !ok {
@@ -233,10 +239,14 @@ func (m *Manager) RestoreInterpreter(ctx context.Context, root *os.Root, memLimi
 			return nil, fmt.Errorf("%w: cannot grow the memory to the saved %d bytes", engine.ErrState, st.Size)
 		}
 	}
-	buf, _ := mem.Read(0, mem.Size())
-	if err := st.Apply(buf); err != nil {
-		inst.close(ErrClosed)
-		return nil, err
+	// Mapped from the state's file copy-on-write when it was mapped
+	// (engine.MapStateFile), else copied.
+	if !inst.mem.Overlay(st) {
+		buf, _ := mem.Read(0, mem.Size())
+		if err := st.Apply(buf); err != nil {
+			inst.close(ErrClosed)
+			return nil, err
+		}
 	}
 	inst.mod.ExportedGlobal("__stack_pointer").(api.MutableGlobal).Set(st.Globals[0])
 	it := &reactorInterp{m: m, root: root, cwd: h.Cwd, memLimit: memLimitBytes, egress: eg, inst: inst, fresh: h.Fresh, reseed: reseed}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hybox-dev/hybox/execd"
 	"github.com/hybox-dev/hybox/runtimes/wasm/engine"
 )
 
@@ -85,5 +86,48 @@ func TestRestoredMemoryLimit(t *testing.T) {
 	}
 	if out, _, _ := rec.out(); !strings.Contains(out, "MemoryError") || plain(t, rec) != "125829120" {
 		t.Fatalf("out %q result %q", out, plain(t, rec))
+	}
+}
+
+// TestMappedStateRoundTrips: a context restored from a mapped state file
+// (its pages mapped copy-on-write) saves everything again, the pages it
+// did not touch since included, and the next restore has all of it.
+func TestMappedStateRoundTrips(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	m := newManager(t, Options{ImageDir: dir})
+	root, _ := newRoot(t)
+	it := newInterp(t, m, root, "/", 0)
+	run(t, it, "data = bytearray(b'a' * (8 << 20))\nkeep = list(range(1000))")
+	save := func(it execd.Interpreter, name string) string {
+		st, err := m.SaveState(ctx, it)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := dir + "/" + name
+		if err := engine.WriteStateFile(p, st); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	restore := func(p string) execd.Interpreter {
+		st, err := engine.MapStateFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		it, err := m.RestoreInterpreter(ctx, root, 0, nil, st, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = it.Close() })
+		return it
+	}
+	it2 := restore(save(it, "one"))
+	run(t, it2, "data[0:1] = b'b'")
+	it3 := restore(save(it2, "two"))
+	rec, xerr := run(t, it3, "(bytes(data[:2]), data.count(b'a'), sum(keep))")
+	if xerr != nil || plain(t, rec) != "(b'ba', 8388607, 499500)" {
+		t.Fatalf("%+v %q", xerr, plain(t, rec))
 	}
 }
