@@ -163,3 +163,17 @@ func discard(sb runtimes.Sandbox) {
 		d.Discard()
 	}
 }
+
+// extensionIsolation is the extension that isolates code executions
+// (wasm sandboxes only; runtimes/wasm.ExtensionIsolation).
+const extensionIsolation = "hybox.io/isolation"
+
+// checkIsolation refuses per-call isolation for a runtime that would
+// silently not provide it.
+func checkIsolation(rec *Record) error {
+	if v := rec.Extensions[extensionIsolation]; v != "" && rec.Runtime != "wasm" {
+		return errdefs.New(api.ErrorCodeNOTSUPPORTED,
+			"extensions[%q] is available for wasm sandboxes only; this sandbox would run on %s (create it with extensions {\"hybox.io/runtime\":\"wasm\"})", extensionIsolation, rec.Runtime)
+	}
+	return nil
+}

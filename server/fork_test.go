@@ -141,3 +141,21 @@ func TestContextStateAcrossRestart(t *testing.T) {
 		assert.Equal(t, "42", h2.result(id, "javascript", "y += 1; y"))
 	}
 }
+
+// TestIsolationExtension: per-call isolation through the API; an unknown
+// value is a 400 and leaves nothing.
+func TestIsolationExtension(t *testing.T) {
+	h := newHarness(t, "", harnessOpts{})
+	sb := h.create(map[string]any{"extensions": map[string]string{"hybox.io/isolation": "per-call"}})
+	h.code(sb.ID, "python", "import json\nx = 1\njson.loads = None")
+	assert.Equal(t, "(False, True)", h.result(sb.ID, "python", "import json\n('x' in dir(), json.loads is not None)"))
+	st, b, _ := h.do("POST", "/v1/sandboxes", map[string]any{"image": map[string]string{"uri": "wasm://default"},
+		"extensions": map[string]string{"hybox.io/isolation": "sometimes"}})
+	require.Equal(t, http.StatusBadRequest, st, string(b))
+	assert.Contains(t, string(b), "hybox.io/isolation")
+	st, b, _ = h.do("GET", "/v1/sandboxes", nil)
+	require.Equal(t, 200, st)
+	var list api.ListSandboxesResponse
+	require.NoError(t, json.Unmarshal(b, &list))
+	assert.Len(t, list.Items, 1)
+}

@@ -88,6 +88,10 @@ func (s *Server) createSandbox(c *gin.Context) {
 		return
 	}
 	rec.Runtime = rt.Name()
+	if err := checkIsolation(rec); err != nil {
+		s.abortErr(c, err)
+		return
+	}
 	unlock := s.lock(rec.ID)
 	defer unlock()
 	// What a failed create made is undone, newest first. The record is
