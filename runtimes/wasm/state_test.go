@@ -265,3 +265,22 @@ func BenchmarkFork(b *testing.B) {
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
 }
+
+// TestCorruptedManifestRefused: a damaged list of contexts is refused;
+// the sandbox is restored without its contexts and works.
+func TestCorruptedManifestRefused(t *testing.T) {
+	rt := setupState(t)
+	spec := runtimes.Spec{ID: "m", Image: "wasm://default", Dir: t.TempDir()}
+	sb, err := rt.Create(context.Background(), spec)
+	require.NoError(t, err)
+	runCode(t, sb, "python", "x = 1")
+	require.NoError(t, sb.Close(context.Background()))
+	mf := filepath.Join(spec.Dir, "state", "contexts.state")
+	b, err := os.ReadFile(mf)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(mf, b[:len(b)-2], 0o644))
+	sb2, err := rt.Restore(context.Background(), spec)
+	require.NoError(t, err)
+	defer sb2.Close(context.Background())
+	require.Equal(t, "=False\n", runCode(t, sb2, "python", "'x' in dir()").text())
+}

@@ -106,6 +106,15 @@ func (r *reactor) loadImage(ctx context.Context) error {
 		if err := r.readImage(path); err != nil {
 			r.log("reading the Python image another process saved", "err", err)
 		}
+	} else if err == nil {
+		// Images of other builds: contexts saved against them are
+		// refused anyway (another image), so they are of no use.
+		old, _ := filepath.Glob(filepath.Join(r.imageDir, "python-*.img"))
+		for _, p := range old {
+			if p != path {
+				_ = os.Remove(p)
+			}
+		}
 	}
 	return nil
 }
