@@ -27,11 +27,12 @@ type reactorInterp struct {
 
 	running sync.Mutex // held for the whole of Run
 
-	mu     sync.Mutex
-	inst   *rinstance // nil after a kill, until the next Run
-	fresh  bool       // inst has not had its init request yet
-	reseed bool       // inst is a fork: reseed its random generator first
-	closed bool
+	mu       sync.Mutex
+	inst     *rinstance // nil after a kill, until the next Run
+	fresh    bool       // inst has not had its init request yet
+	reseed   bool       // inst is a fork: reseed its random generator first
+	restored bool       // inst was restored: the files it had open are gone
+	closed   bool
 }
 
 var _ execd.Interpreter = (*reactorInterp)(nil)
@@ -91,9 +92,10 @@ func (it *reactorInterp) Run(ctx context.Context, code string, out execd.Output)
 			return nil, err
 		}
 		reqs = pydriver.AppendRequest(reqs, pydriver.RequestInit, init)
-	case it.reseed:
-		it.reseed = false
-		reqs = pydriver.AppendRequest(reqs, pydriver.RequestInit, []byte(`{"clone": true}`))
+	case it.reseed || it.restored:
+		init, _ := json.Marshal(map[string]any{"clone": it.reseed, "restored": it.restored})
+		it.reseed, it.restored = false, false
+		reqs = pydriver.AppendRequest(reqs, pydriver.RequestInit, init)
 	}
 	it.mu.Unlock()
 	reqs = pydriver.AppendRequest(reqs, pydriver.RequestExec, []byte(code))

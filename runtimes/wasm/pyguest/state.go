@@ -258,7 +258,7 @@ func (m *Manager) RestoreInterpreter(ctx context.Context, root *os.Root, memLimi
 		}
 	}
 	inst.mod.ExportedGlobal("__stack_pointer").(api.MutableGlobal).Set(st.Globals[0])
-	it := &reactorInterp{m: m, root: root, cwd: h.Cwd, memLimit: memLimitBytes, egress: eg, inst: inst, fresh: h.Fresh, reseed: reseed}
+	it := &reactorInterp{m: m, root: root, cwd: h.Cwd, memLimit: memLimitBytes, egress: eg, inst: inst, fresh: h.Fresh, reseed: reseed, restored: true}
 	return it, nil
 }
 
@@ -283,3 +283,4 @@ func sortedKeys(m memFS) []string {
 	sort.Strings(keys)
 	return keys
 }
+

@@ -131,3 +131,27 @@ func TestMappedStateRoundTrips(t *testing.T) {
 		t.Fatalf("%+v %q", xerr, plain(t, rec))
 	}
 }
+
+// TestRestoredOpenFiles: a file a context had open is closed after a
+// restore (its descriptor is not open in the new instance): using it fails
+// plainly, and a file opened after the restore is not reached through it.
+func TestRestoredOpenFiles(t *testing.T) {
+	ctx := context.Background()
+	m := newManager(t, Options{})
+	root, _ := newRoot(t)
+	it := newInterp(t, m, root, "/", 0)
+	run(t, it, "f = open('/a', 'w')\nf.write('a')\nf.flush()")
+	st, err := m.SaveState(ctx, it)
+	if err != nil {
+		t.Fatal(err)
+	}
+	it2, err := m.RestoreInterpreter(ctx, root, 0, nil, st, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it2.Close()
+	rec, xerr := run(t, it2, "g = open('/b', 'w')\ntry:\n    f.write('x')\n    r = 'wrote'\nexcept ValueError as e:\n    r = str(e)\ng.close()\n(r, open('/b').read(), open('/a').read())")
+	if xerr != nil || plain(t, rec) != "('I/O operation on closed file.', '', 'a')" {
+		t.Fatalf("%+v %q", xerr, plain(t, rec))
+	}
+}
