@@ -133,6 +133,15 @@ func (it *ctxInterp) Run(ctx context.Context, code string, out execd.Output) (*e
 		return xerr, err
 	}
 	it.saved = false
+	if s.isPaused() {
+		// Paused while this execution ran: write it out now.
+		it.mu.Unlock()
+		if perr := it.saveLocked(context.WithoutCancel(ctx), true); perr != nil {
+			slog.Warn("save code context after pause", "err", perr)
+		}
+		it.mu.Lock()
+		return xerr, err
+	}
 	it.scheduleLocked()
 	return xerr, err
 }
@@ -395,15 +404,29 @@ func (s *Sandbox) isClosing() bool {
 	return s.closing
 }
 
-// parkAll writes every context out and drops its instance.
+// parkAll writes every context that is not running out (and with park
+// drops its instance). A running context is not waited for: under Pause
+// it parks itself when its execution ends; at Close its last saved state
+// (from before the execution) stands.
 func (s *Sandbox) parkAll(ctx context.Context, park bool) error {
 	var errs []error
 	for _, w := range s.wrappers() {
-		if err := w.save(ctx, park); err != nil {
+		if !w.run.TryLock() {
+			continue
+		}
+		err := w.saveLocked(ctx, park)
+		w.run.Unlock()
+		if err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+func (s *Sandbox) isPaused() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.paused
 }
 
 var _ runtimes.Forker = (*Runtime)(nil)

@@ -298,9 +298,9 @@ func (s *Sandbox) Proxy(port int) (http.Handler, error) {
 }
 
 // Pause refuses new executions until Resume, and writes every code
-// context's state to the sandbox's directory and frees its instance
-// (running executions are waited for). Resume brings them back on their
-// next execution.
+// context's state to the sandbox's directory and frees its instance (a
+// context whose execution is running does so when it ends). Resume brings
+// them back on their next execution.
 //
 // # Errors
 // When a context's state cannot be written; the sandbox stays paused and
