@@ -283,4 +283,3 @@ func sortedKeys(m memFS) []string {
 	sort.Strings(keys)
 	return keys
 }
-
