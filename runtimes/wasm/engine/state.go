@@ -210,9 +210,25 @@ func ReadState(r io.Reader) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := make([]byte, 24+n+4)
+	// The buffer grows as bytes arrive: a damaged length that passed the
+	// header's checksum costs no more than the bytes that are there.
+	b := make([]byte, 24, 24+min(n+4, 64<<20))
 	copy(b, hdr[:])
-	if got, err := io.ReadFull(r, b[24:]); err != nil {
+	lr := io.LimitReader(r, int64(n+4))
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		m, err := lr.Read(b[len(b):cap(b)])
+		b = b[:len(b)+m]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: read: %v", ErrState, err)
+		}
+	}
+	if got := uint64(len(b) - 24); got < n+4 {
 		return nil, fmt.Errorf("%w: truncated: %d of %d bytes", ErrState, got, n+4)
 	}
 	return decodeState(b)

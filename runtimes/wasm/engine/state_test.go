@@ -189,3 +189,33 @@ func offsets(ps []Page) []uint64 {
 type syncMutex = sync.Mutex
 
 func crc32c(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+
+// FuzzReadState: no input makes ReadState panic, and whatever it accepts
+// it writes back to the same bytes.
+func FuzzReadState(f *testing.F) {
+	s, _ := testState()
+	var buf bytes.Buffer
+	_ = WriteState(&buf, s)
+	f.Add(buf.Bytes())
+	f.Add([]byte("HYBXSTAT"))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		st, err := ReadState(bytes.NewReader(b))
+		if err != nil {
+			if !errors.Is(err, ErrState) {
+				t.Fatalf("error of another kind: %v", err)
+			}
+			return
+		}
+		var out bytes.Buffer
+		if err := WriteState(&out, st); err != nil {
+			t.Fatalf("accepted state does not write back: %v", err)
+		}
+		if !bytes.Equal(out.Bytes(), b[:out.Len()]) {
+			t.Fatal("written back differently")
+		}
+		if _, err := decodeState(b[:out.Len()]); err != nil {
+			t.Fatalf("decodeState refuses what ReadState accepts: %v", err)
+		}
+	})
+}
