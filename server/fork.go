@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"maps"
+	"math"
 	"net/http"
 	"os"
 	"time"
@@ -22,9 +23,10 @@ import (
 // maxForks caps ForkSandboxRequest.count.
 const maxForks = 16
 
-// forkRequest is api.ForkSandboxRequest with count's absence visible.
+// forkRequest is api.ForkSandboxRequest with count's absence visible (and
+// 2.0 read as the integer JSON Schema takes it for).
 type forkRequest struct {
-	Count    *int         `json:"count"`
+	Count    *float64     `json:"count"`
 	Metadata api.Metadata `json:"metadata"`
 }
 
@@ -46,11 +48,11 @@ func (s *Server) forkSandbox(c *gin.Context) {
 	}
 	n := 1
 	if req.Count != nil {
-		n = *req.Count
-	}
-	if n < 1 || n > maxForks {
-		s.abortErr(c, badRequest("count must be between 1 and 16"))
-		return
+		if f := *req.Count; f != math.Trunc(f) || f < 1 || f > maxForks {
+			s.abortErr(c, badRequest("count must be an integer between 1 and 16"))
+			return
+		}
+		n = int(*req.Count)
 	}
 	if err := validateMetadata(req.Metadata); err != nil {
 		s.abortErr(c, err)

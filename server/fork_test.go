@@ -73,6 +73,7 @@ func TestForkSandbox(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, st, string(body))
 	one := h.fork(src.ID, nil)
 	require.Len(t, one, 1)
+	require.Len(t, h.fork(src.ID, `{"count": 1.0}`), 1, "1.0 is an integer in JSON Schema")
 	assert.Equal(t, "3", h.result(one[0].ID, "python", "x"))
 	// Deleting a fork leaves the source alone.
 	st, body, _ = h.do("DELETE", "/v1/sandboxes/"+a, nil)
@@ -94,9 +95,10 @@ func TestForkBadInput(t *testing.T) {
 		code     api.ErrorCode
 		msg      string
 	}{
-		{"count zero", src.ID, map[string]any{"count": 0}, 400, api.ErrorCodeINVALIDREQUEST, "count must be between 1 and 16"},
-		{"count too large", src.ID, map[string]any{"count": 17}, 400, api.ErrorCodeINVALIDREQUEST, "count must be between 1 and 16"},
+		{"count zero", src.ID, map[string]any{"count": 0}, 400, api.ErrorCodeINVALIDREQUEST, "count must be an integer between 1 and 16"},
+		{"count too large", src.ID, map[string]any{"count": 17}, 400, api.ErrorCodeINVALIDREQUEST, "count must be an integer between 1 and 16"},
 		{"count not a number", src.ID, `{"count":"two"}`, 400, api.ErrorCodeINVALIDREQUEST, "count"},
+		{"count not an integer", src.ID, `{"count":1.5}`, 400, api.ErrorCodeINVALIDREQUEST, "count must be an integer"},
 		{"metadata reserved", src.ID, map[string]any{"metadata": map[string]string{"opensandbox.io/x": "1"}}, 400, api.ErrorCodeINVALIDREQUEST, "reserved prefix"},
 		{"not JSON", src.ID, `{`, 400, api.ErrorCodeINVALIDREQUEST, ""},
 		{"not an object", src.ID, `[1]`, 400, api.ErrorCodeINVALIDREQUEST, ""},
