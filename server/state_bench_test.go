@@ -84,3 +84,25 @@ func BenchmarkRestoreFirstResult(b *testing.B) {
 	b.StopTimer()
 	lat.report(b)
 }
+
+// BenchmarkPerCallPython: `1+1` in a sandbox with per-call isolation, so
+// every execution starts from a fresh clone of the image (compare with
+// BenchmarkWarmPythonRun).
+func BenchmarkPerCallPython(b *testing.B) {
+	c := newBenchClient(b)
+	out := c.post(b, "/v1/sandboxes", nil, `{"image":{"uri":"wasm://default"},"extensions":{"hybox.io/isolation":"per-call"}}`)
+	var sb api.Sandbox
+	if err := json.Unmarshal(out, &sb); err != nil {
+		b.Fatal(err)
+	}
+	c.code(b, sb.ID, "python", "1+1", "2")
+	var lat latencies
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		c.code(b, sb.ID, "python", "1+1", "2")
+		lat = append(lat, time.Since(start))
+	}
+	b.StopTimer()
+	lat.report(b)
+}

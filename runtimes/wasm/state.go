@@ -85,9 +85,10 @@ type ctxInterp struct {
 	cwd   string
 	key   string
 
-	run     sync.Mutex // serialises Run, save, park
-	saving  sync.Mutex // held while saved pages alias the live memory: Close waits
-	mu      sync.Mutex // guards the fields below
+	prep    sync.WaitGroup // a fresh interpreter being made (per-call isolation)
+	run     sync.Mutex     // serialises Run, save, park
+	saving  sync.Mutex     // held while saved pages alias the live memory: Close waits
+	mu      sync.Mutex     // guards the fields below
 	inner   execd.Interpreter
 	hasFile bool // the state file exists
 	saved   bool // the state file (or its absence) is the current state
@@ -128,8 +129,19 @@ func (it *ctxInterp) Run(ctx context.Context, code string, out execd.Output) (*e
 	it.mu.Lock()
 	defer it.mu.Unlock()
 	if s.isolation != "" {
+		// The next execution starts from a fresh clone: make it now, off
+		// the next execution's path.
 		it.inner = nil
-		go inner.Close()
+		if it.closed {
+			go inner.Close()
+			return xerr, err
+		}
+		it.prep.Add(1) // it.mu held and not closed: Close has not begun to Wait
+		go func() {
+			defer it.prep.Done()
+			_ = inner.Close()
+			it.prepare()
+		}()
 		return xerr, err
 	}
 	it.saved = false
@@ -144,6 +156,29 @@ func (it *ctxInterp) Run(ctx context.Context, code string, out execd.Output) (*e
 	}
 	it.scheduleLocked()
 	return xerr, err
+}
+
+// prepare starts a fresh interpreter for the next execution unless one
+// is there (per-call isolation).
+func (it *ctxInterp) prepare() {
+	it.mu.Lock()
+	skip := it.inner != nil || it.closed
+	it.mu.Unlock()
+	if skip {
+		return
+	}
+	s := it.s
+	inner, err := it.guest.NewInterpreter(context.Background(), s.root, it.cwd, s.mem, s.egress)
+	if err != nil {
+		return // the next execution tries again, and reports the error
+	}
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	if it.inner != nil || it.closed {
+		go inner.Close()
+		return
+	}
+	it.inner = inner
 }
 
 // ensure returns the live interpreter, restoring or starting it.
@@ -280,6 +315,7 @@ func (it *ctxInterp) Close() error {
 		_ = inner.Close() // interrupts a Run in progress
 		it.saving.Unlock()
 	}
+	it.prep.Wait() // it closes what it made, seeing closed
 	if !it.s.isClosing() {
 		_ = os.Remove(it.s.statePath(it.key))
 		go func() { _ = it.s.persist() }()

@@ -71,11 +71,12 @@ type reactor struct {
 
 	viewMu sync.RWMutex // held (read) while a save reads the image; close waits
 
-	mu    sync.Mutex
-	img   *engine.Image // nil until the first context
-	imgID string        // identity of img, named by the contexts saved from it
-	sp    uint64        // __stack_pointer at rest
-	slots slots
+	mu     sync.Mutex
+	img    *engine.Image // nil until the first context
+	imgID  string        // identity of img, named by the contexts saved from it
+	closed bool          // close was called: no image is made again
+	sp     uint64        // __stack_pointer at rest
+	slots  slots
 }
 
 // slots are the addresses and values the host writes to interrupt a cell.
@@ -163,6 +164,9 @@ func (r *reactor) image(ctx context.Context) (*engine.Image, uint64, slots, erro
 	if r.img != nil {
 		return r.img, r.sp, r.slots, nil
 	}
+	if r.closed {
+		return nil, 0, slots{}, ErrClosed
+	}
 	if err := r.loadImage(ctx); err != nil {
 		return nil, 0, slots{}, err
 	}
@@ -233,6 +237,7 @@ func (r *reactor) close() {
 	defer r.viewMu.Unlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.closed = true
 	if r.img != nil {
 		_ = r.img.Close()
 		r.img = nil
@@ -268,6 +273,9 @@ type rinstance struct {
 // clone starts a context from the image, bound to root and eg, with its
 // linear memory capped at memLimit bytes.
 func (r *reactor) clone(ctx context.Context, base context.Context, root experimentalsys.FS, eg engine.Egress, memLimit int64, outLimit int64) (*rinstance, error) {
+	// The image stays open until the new memory has mapped it.
+	r.viewMu.RLock()
+	defer r.viewMu.RUnlock()
 	img, sp, sl, err := r.image(ctx)
 	if err != nil {
 		return nil, err
