@@ -160,10 +160,13 @@ func (r *Runtime) Restore(ctx context.Context, spec runtimes.Spec) (runtimes.San
 	return r.open(spec)
 }
 
-// Destroy removes the workspace.
+// Destroy removes the workspace and the saved state of its contexts.
 func (r *Runtime) Destroy(ctx context.Context, spec runtimes.Spec) error {
 	if err := os.RemoveAll(fsDir(spec)); err != nil {
 		return fmt.Errorf("remove workspace: %w", err)
+	}
+	if err := os.RemoveAll(filepath.Join(spec.Dir, "state")); err != nil {
+		return fmt.Errorf("remove saved state: %w", err)
 	}
 	return nil
 }
