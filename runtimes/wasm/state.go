@@ -142,6 +142,7 @@ func (it *ctxInterp) Run(ctx context.Context, code string, out execd.Output) (*e
 			_ = inner.Close()
 			it.prepare()
 		}()
+		it.scheduleLocked() // the manifest keeps its execution count
 		return xerr, err
 	}
 	it.saved = false
@@ -258,8 +259,11 @@ func (it *ctxInterp) saveLocked(ctx context.Context, park bool) error {
 	it.mu.Lock()
 	inner, saved, closed := it.inner, it.saved, it.closed
 	it.mu.Unlock()
-	if closed || it.s.isolation != "" {
+	if closed {
 		return nil
+	}
+	if it.s.isolation != "" {
+		return it.s.persist() // its id and count; there is no state to keep
 	}
 	if !saved && inner != nil {
 		it.saving.Lock()
@@ -345,7 +349,7 @@ func (s *Sandbox) persist() error {
 	s.mu.Lock()
 	h := s.execd
 	s.mu.Unlock()
-	if h == nil || s.isolation != "" {
+	if h == nil {
 		return nil
 	}
 	s.persistMu.Lock()

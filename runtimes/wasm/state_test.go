@@ -284,3 +284,21 @@ func TestCorruptedManifestRefused(t *testing.T) {
 	defer sb2.Close(context.Background())
 	require.Equal(t, "=False\n", runCode(t, sb2, "python", "'x' in dir()").text())
 }
+
+// TestPerCallContextsSurviveRestart: under per-call isolation a context
+// keeps its id and execution count across a restart (its state is fresh
+// anyway).
+func TestPerCallContextsSurviveRestart(t *testing.T) {
+	rt := setupState(t)
+	spec := runtimes.Spec{ID: "i", Image: "wasm://default", Dir: t.TempDir(), Extensions: map[string]string{wasm.ExtensionIsolation: wasm.IsolationPerCall}}
+	sb, err := rt.Create(context.Background(), spec)
+	require.NoError(t, err)
+	runCode(t, sb, "python", "x = 1")
+	require.NoError(t, sb.Close(context.Background()))
+	sb2, err := rt.Restore(context.Background(), spec)
+	require.NoError(t, err)
+	defer sb2.Close(context.Background())
+	got := runCode(t, sb2, "python", "'x' in dir()")
+	require.Equal(t, "=False\n", got.text())
+	require.Equal(t, 2, got.count())
+}

@@ -224,9 +224,7 @@ func (s *Sandbox) handler() (*execd.Handler, error) {
 		if err != nil {
 			return nil, err
 		}
-		if s.isolation == "" {
-			s.adoptSaved(h) // contexts saved before a restart, or by a fork
-		}
+		s.adoptSaved(h) // contexts saved before a restart, or by a fork
 		s.execd = h
 	}
 	return s.execd, nil
@@ -369,11 +367,11 @@ func (s *Sandbox) NewInterpreter(ctx context.Context, language, cwd string) (exe
 	switch language {
 	case "python", "javascript":
 		w := s.newCtxInterp(s.guest(language), cwd)
-		if s.isolation != "" {
-			return w, nil // every execution starts a fresh one
-		}
-		if _, err := w.ensure(ctx); err != nil {
-			return nil, err
+		if s.isolation == "" {
+			// (Under per-call isolation every execution starts a fresh one.)
+			if _, err := w.ensure(ctx); err != nil {
+				return nil, err
+			}
 		}
 		w.mu.Lock()
 		w.scheduleLocked() // the manifest gets the new context
