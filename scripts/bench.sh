@@ -15,6 +15,7 @@ out=build/bench.txt
 	# restore → first result after a restart, Runtime.Fork alone.
 	go test -run '^$' -bench 'ForkPython50MB|RestoreFirstResult' -benchtime 20x ./server/
 	go test -run '^$' -bench 'PerCallPython' -benchtime 300x ./server/
+	go test -run '^$' -bench 'PauseFreesMemory' -benchtime 10x ./server/
 	go test -run '^$' -bench '^BenchmarkFork$' -benchtime 50x ./runtimes/wasm/
 	# The Go SDK against a real `hybox serve` (bin/hybox): its overhead per
 	# call over the same request written with net/http, and create → first
