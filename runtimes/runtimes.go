@@ -125,6 +125,21 @@ type Runtime interface {
 	Destroy(ctx context.Context, spec Spec) error
 }
 
+// Forker is implemented by runtimes that can copy a live sandbox (the
+// wasm tier today; containers answer NOT_SUPPORTED until they do).
+type Forker interface {
+	// Fork makes a new sandbox, described by spec (its own ID and Dir;
+	// the rest copied from src's), holding a copy of src's workspace and
+	// of the state of every code context of src (ids, execution counts,
+	// interpreter memory). src keeps running and keeps its state; running
+	// executions are waited for.
+	//
+	// # Errors
+	// ErrNotSupported when src cannot be copied; ErrInvalid when src is
+	// not a sandbox of this runtime.
+	Fork(ctx context.Context, src Sandbox, spec Spec) (Sandbox, error)
+}
+
 // Volume mounts HostPath (a host directory, or SubPath below it) at
 // MountPath inside the sandbox.
 type Volume struct {

@@ -11,6 +11,12 @@ out=build/bench.txt
 	go test -run '^$' -bench 'ExecutionsPerSecond' -benchtime 2000x ./server/
 	go test -run '^$' -bench 'MemoryPerIdleSandbox' -benchtime 500x ./server/
 	go test -run '^$' -bench 'MemoryPerPythonContext' -benchtime 10x ./server/
+	# Interpreter state as data: fork of a sandbox holding 50 MB in Python,
+	# restore → first result after a restart, Runtime.Fork alone.
+	go test -run '^$' -bench 'ForkPython50MB|RestoreFirstResult' -benchtime 20x ./server/
+	go test -run '^$' -bench 'PerCallPython' -benchtime 300x ./server/
+	go test -run '^$' -bench 'PauseFreesMemory' -benchtime 10x ./server/
+	go test -run '^$' -bench '^BenchmarkFork$' -benchtime 50x ./runtimes/wasm/
 	# The Go SDK against a real `hybox serve` (bin/hybox): its overhead per
 	# call over the same request written with net/http, and create → first
 	# command result for a wasm sandbox (and, as root, a runc one).

@@ -40,6 +40,16 @@ func TestContainerSandboxesThroughAPI(t *testing.T) {
 			require.Nil(t, h.code(sb.ID, "python", "x = 41").err)
 			assert.Equal(t, "42", h.code(sb.ID, "python", "x + 1").results[0]["text"])
 
+			// Containers cannot fork yet: a precise 400 naming the tier that can.
+			st, fb, _ := h.do("POST", "/v1/sandboxes/"+sb.ID+"/fork", map[string]any{"count": 1})
+			assert.Equal(t, http.StatusBadRequest, st, string(fb))
+			assert.Contains(t, string(fb), `"code":"NOT_SUPPORTED"`)
+			assert.Contains(t, string(fb), "only wasm sandboxes can")
+			st, fb, _ = h.do("POST", "/v1/sandboxes", map[string]any{"image": map[string]string{"uri": ocitest.ImageName},
+				"extensions": map[string]string{"hybox.io/runtime": runtime, "hybox.io/isolation": "per-call"}})
+			assert.Equal(t, http.StatusBadRequest, st, string(fb))
+			assert.Contains(t, string(fb), `"code":"NOT_SUPPORTED"`)
+
 			// A web server inside the sandbox, reached through every route.
 			st, b := h.execd(sb.ID, "POST", "/command", map[string]any{
 				"command": "mkdir -p /srv && echo served > /srv/index.txt && cd /srv && exec python3 -m http.server 8000 --bind 0.0.0.0", "background": true})

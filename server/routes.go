@@ -60,6 +60,7 @@ func (s *Server) routes() *gin.Engine {
 		a.PATCH("/sandboxes/:id/metadata", s.patchMetadata)
 		a.POST("/sandboxes/:id/pause", s.pauseSandbox)
 		a.POST("/sandboxes/:id/resume", s.resumeSandbox)
+		a.POST("/sandboxes/:id/fork", s.forkSandbox)
 		a.POST("/sandboxes/:id/renew-expiration", s.renewSandbox)
 		a.GET("/sandboxes/:id/endpoints/:port", s.getEndpoint)
 		a.GET("/sandboxes/:id/diagnostics/events", s.diagnosticEvents)

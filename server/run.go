@@ -70,6 +70,7 @@ func (s *Server) runOneShot(c *gin.Context) {
 	teardown := func(sb runtimes.Sandbox) {
 		cctx := context.WithoutCancel(ctx)
 		if sb != nil {
+			discard(sb)
 			_ = sb.Close(cctx)
 			_ = rt.Destroy(cctx, spec)
 		}

@@ -93,6 +93,10 @@ func (s *Server) createSandbox(c *gin.Context) {
 		return
 	}
 	rec.Runtime = rt.Name()
+	if err := checkIsolation(rec); err != nil {
+		s.abortErr(c, err)
+		return
+	}
 	// A pool member of this image and runtime makes it a claim; without
 	// an idle one (or when the claim fails) the create is served cold.
 	if p, m := s.pools.take(rec, rt); m != nil {

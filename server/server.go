@@ -411,6 +411,7 @@ func (s *Server) destroy(ctx context.Context, r *Record) error {
 	delete(s.egress, r.ID)
 	s.mu.Unlock()
 	if sb != nil {
+		discard(sb)
 		_ = sb.Close(ctx)
 	}
 	if eg != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hybox-dev/hybox/runtimes/oci/ocitest"
+	"github.com/hybox-dev/hybox/runtimes/wasm/engine"
 	"github.com/hybox-dev/hybox/runtimes/wasm/wasmtest"
 )
 
@@ -117,6 +118,15 @@ func TestKill9Restart(t *testing.T) {
 	st, b = call(t, "POST", base+"/sandboxes/"+sb.ID+"/proxy/44772/command", `{"command":"echo survived > /workspace/f.txt"}`)
 	require.Equal(t, 200, st, string(b))
 	require.Contains(t, string(b), "execution_complete")
+	st, b = call(t, "POST", base+"/sandboxes/"+sb.ID+"/proxy/44772/code", `{"context":{"language":"python"},"code":"import string\nx = 'variable survived'"}`)
+	require.Equal(t, 200, st, string(b))
+	require.Contains(t, string(b), "execution_complete")
+	// The context is saved a moment after its execution: wait for it.
+	manifest := filepath.Join(data, "sandboxes", sb.ID, "state", "contexts.state")
+	require.Eventually(t, func() bool {
+		st, err := engine.ReadStateFile(manifest)
+		return err == nil && strings.Contains(string(st.Host), `"count":1`) && strings.Contains(string(st.Host), `"key"`)
+	}, 30*time.Second, 20*time.Millisecond)
 
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGKILL))
 	_, _ = p.cmd.Process.Wait()
@@ -142,6 +152,12 @@ func TestKill9Restart(t *testing.T) {
 	st, b = call(t, "GET", base+"/sandboxes/"+sb.ID+"/proxy/44772/files/download?path=/workspace/f.txt", "")
 	require.Equal(t, 200, st, string(b))
 	assert.Equal(t, "survived\n", string(b))
+	// The Python context is back on first use, with its variables and
+	// its execution count.
+	st, b = call(t, "POST", base+"/sandboxes/"+sb.ID+"/proxy/44772/code", `{"context":{"language":"python"},"code":"(x, 'string' in dir())"}`)
+	require.Equal(t, 200, st, string(b))
+	assert.Contains(t, string(b), `"text":"('variable survived', True)"`)
+	assert.Contains(t, string(b), `"execution_count":2`)
 }
 
 func TestServeRefusesWithoutKey(t *testing.T) {

@@ -9,8 +9,10 @@
 # until the cell ends without risking the driver itself.
 #
 # Requests (host -> guest, fd 0): "<kind> <decimal byte length>\n<payload>".
-#   init: payload {"cwd": "/dir", "env": {"HOME": "/dir"}, "clone": bool}
-#         (JSON; clone: reseed and drop caches copied from an image); no reply
+#   init: payload {"cwd": "/dir", "env": {"HOME": "/dir"}, "clone": bool, "restored": bool}
+#         (JSON; clone: reseed and drop caches copied from an image; restored:
+#         the context was restored into a new instance, its open files are
+#         gone); no reply
 #   exec: payload is the cell's source (UTF-8); reply: frames, then done
 #
 # Replies (guest -> host, fd 1): MAGIC + one line of ASCII JSON + "\n".
@@ -331,6 +333,18 @@ class _Kernel:
             rnd = sys.modules.get("random")
             if rnd is not None:
                 rnd.seed()
+        if req.get("restored"):
+            # Restored from saved state into a new instance: the files the
+            # context had open are not open there. Close their objects, so
+            # that using one fails plainly instead of reaching whatever file
+            # later gets the same descriptor.
+            import gc
+            for obj in gc.get_objects():
+                if isinstance(obj, io.FileIO) and not obj.closed and obj.fileno() > 2:
+                    try:
+                        obj.close()
+                    except OSError:
+                        pass
 
     def on_sigint(self, signum, frame):
         if self.running:

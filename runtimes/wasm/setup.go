@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
+	"time"
 
 	"github.com/hybox-dev/hybox/execd"
 	"github.com/hybox-dev/hybox/runtimes/wasm/engine"
@@ -21,6 +23,12 @@ type SetupOptions struct {
 	DefaultMemoryBytes int64         // per guest instance when a sandbox asks for none
 	OutputLimitBytes   int64         // per execution
 	Exec               execd.Options // execd settings shared by every sandbox
+	// ImageDir keeps the Python memory image across restarts, so that
+	// contexts saved before a restart can be restored (default: "images"
+	// in the engine's cache directory; none without one).
+	ImageDir string
+	// SaveDelay: see Options.SaveDelay.
+	SaveDelay time.Duration
 }
 
 // Setup starts the Python and JavaScript guests on eng and returns the
@@ -37,8 +45,11 @@ func Setup(ctx context.Context, o SetupOptions) (*Runtime, func() error, error) 
 	if o.DefaultMemoryBytes <= 0 {
 		o.DefaultMemoryBytes = 512 << 20
 	}
+	if o.ImageDir == "" && o.Engine.CacheDir() != "" {
+		o.ImageDir = filepath.Join(o.Engine.CacheDir(), "images")
+	}
 	pyOpts := pyguest.Options{Engine: o.Engine, PoolSize: o.PythonPool,
-		MemoryLimitBytes: o.DefaultMemoryBytes, OutputLimitBytes: o.OutputLimitBytes}
+		MemoryLimitBytes: o.DefaultMemoryBytes, OutputLimitBytes: o.OutputLimitBytes, ImageDir: o.ImageDir}
 	var py *pyguest.Manager
 	var pyNote string
 	if !o.NPMPython {
@@ -68,7 +79,7 @@ func Setup(ctx context.Context, o SetupOptions) (*Runtime, func() error, error) 
 	if o.Exec.OutputLimitBytes == 0 {
 		o.Exec.OutputLimitBytes = o.OutputLimitBytes
 	}
-	rt, err := New(Options{Python: py, JavaScript: js, Exec: o.Exec, DefaultMemoryBytes: o.DefaultMemoryBytes})
+	rt, err := New(Options{Python: py, JavaScript: js, Exec: o.Exec, DefaultMemoryBytes: o.DefaultMemoryBytes, SaveDelay: o.SaveDelay})
 	if err != nil {
 		_ = py.Close()
 		_ = js.Close()

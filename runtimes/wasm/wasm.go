@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"net/http"
 	"os"
 	"path"
@@ -34,9 +35,13 @@ import (
 // commands. pyguest.Manager and jsguest.Manager implement it. Guests have
 // no sockets: their HTTP requests go through eg (NewInterpreter) or
 // cmd.Egress (RunCommand), the sandbox's runtimes.Egress; nil means none.
+// SaveState and RestoreInterpreter turn a context into data and back
+// (SaveState returns nil, nil for a context with nothing live to save).
 type Guest interface {
 	NewInterpreter(ctx context.Context, root *os.Root, cwd string, memLimitBytes int64, eg engine.Egress) (execd.Interpreter, error)
 	RunCommand(ctx context.Context, cmd engine.Command) (int, error)
+	SaveState(ctx context.Context, it execd.Interpreter) (*engine.State, error)
+	RestoreInterpreter(ctx context.Context, root *os.Root, memLimitBytes int64, eg engine.Egress, st *engine.State, reseed bool) (execd.Interpreter, error)
 }
 
 // Options configures the backend.
@@ -52,6 +57,10 @@ type Options struct {
 	// MaxMemoryBytes caps what a sandbox may ask for (default 4 GiB, the
 	// wasm32 limit).
 	MaxMemoryBytes int64
+	// SaveDelay is how long a context stays idle after an execution
+	// before its state is written to the sandbox's directory (default
+	// 100 ms; see state.go).
+	SaveDelay time.Duration
 }
 
 // Validate fills defaults.
@@ -67,6 +76,9 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxMemoryBytes <= 0 {
 		o.MaxMemoryBytes = 4 << 30
+	}
+	if o.SaveDelay <= 0 {
+		o.SaveDelay = 100 * time.Millisecond
 	}
 	return nil
 }
@@ -102,6 +114,12 @@ func (r *Runtime) Name() string { return "wasm" }
 func (r *Runtime) Validate(spec runtimes.Spec) error {
 	if spec.MemoryBytes > r.opts.MaxMemoryBytes {
 		return fmt.Errorf("%w: memory %d bytes exceeds the wasm limit of %d bytes", runtimes.ErrInvalid, spec.MemoryBytes, r.opts.MaxMemoryBytes)
+	}
+	switch v := spec.Extensions[ExtensionIsolation]; v {
+	case "", IsolationPerCall, IsolationPerCallWorkspace:
+	default:
+		return fmt.Errorf("%w: extensions[%q] = %q is not known (%q: every code execution starts from a fresh interpreter; %q: and the workspace is put back after each)",
+			runtimes.ErrInvalid, ExtensionIsolation, v, IsolationPerCall, IsolationPerCallWorkspace)
 	}
 	if len(spec.Volumes) > 0 {
 		return fmt.Errorf("%w: volumes (host or pvc) cannot be mounted into a wasm sandbox yet; create the sandbox with extensions {\"hybox.io/runtime\":\"runc\"}", runtimes.ErrNotSupported)
@@ -142,11 +160,14 @@ func (r *Runtime) Restore(ctx context.Context, spec runtimes.Spec) (runtimes.San
 	return r.open(spec)
 }
 
-// Destroy removes the workspace.
+// Destroy removes the workspace and the saved state of its contexts.
 func (r *Runtime) Destroy(ctx context.Context, spec runtimes.Spec) error {
 	unlockSystemFiles(fsDir(spec))
 	if err := os.RemoveAll(fsDir(spec)); err != nil {
 		return fmt.Errorf("remove workspace: %w", err)
+	}
+	if err := os.RemoveAll(filepath.Join(spec.Dir, "state")); err != nil {
+		return fmt.Errorf("remove saved state: %w", err)
 	}
 	return nil
 }
@@ -168,7 +189,8 @@ func (r *Runtime) open(spec runtimes.Spec) (*Sandbox, error) {
 		env[k] = v
 	}
 	var eg engine.Egress = spec.Egress // nil stays nil: no network
-	s := &Sandbox{rt: r, root: root, mem: mem, env: env, egress: eg, created: time.Now(), hostname: hostnameOf(spec.ID, spec.Env)}
+	s := &Sandbox{rt: r, root: root, dir: spec.Dir, mem: mem, env: env, egress: eg, created: time.Now(),
+		hostname: hostnameOf(spec.ID, spec.Env), isolation: spec.Extensions[ExtensionIsolation]}
 	s.shell = wsh.Options{
 		Root: root,
 		Programs: map[string]wsh.Program{
@@ -207,6 +229,7 @@ func (s *Sandbox) handler() (*execd.Handler, error) {
 		if err != nil {
 			return nil, err
 		}
+		s.adoptSaved(h) // contexts saved before a restart, or by a fork
 		s.execd = h
 	}
 	return s.execd, nil
@@ -216,6 +239,7 @@ func (s *Sandbox) handler() (*execd.Handler, error) {
 type Sandbox struct {
 	rt      *Runtime
 	root    *os.Root
+	dir     string // the sandbox's own directory (runtimes.Spec.Dir)
 	mem     int64
 	env     map[string]string
 	egress  engine.Egress // nil = no network
@@ -227,8 +251,15 @@ type Sandbox struct {
 	sysMu    sync.Mutex
 	sysDone  bool
 
-	mu     sync.Mutex
-	paused bool
+	isolation string     // ExtensionIsolation's value
+	isoMu     sync.Mutex // per-call+workspace: one execution at a time
+	isoSaved  bool       // the workspace snapshot exists
+	persistMu sync.Mutex // one manifest write at a time
+
+	mu      sync.Mutex
+	paused  bool
+	closing bool
+	discard bool // Close saves nothing: the sandbox is being destroyed
 }
 
 var (
@@ -276,12 +307,19 @@ func (s *Sandbox) Proxy(port int) (http.Handler, error) {
 	return nil, fmt.Errorf("%w: wasm sandboxes have no network ports; create the sandbox with extensions {\"hybox.io/runtime\":\"runc\"} to serve port %d", runtimes.ErrNotSupported, port)
 }
 
-// Pause refuses new executions until Resume; interpreter state is kept.
+// Pause refuses new executions until Resume, and writes every code
+// context's state to the sandbox's directory and frees its instance (a
+// context whose execution is running does so when it ends). Resume brings
+// them back on their next execution.
+//
+// # Errors
+// When a context's state cannot be written; the sandbox stays paused and
+// that context in memory.
 func (s *Sandbox) Pause(ctx context.Context) error {
 	s.mu.Lock()
 	s.paused = true
 	s.mu.Unlock()
-	return nil
+	return s.parkAll(ctx, true)
 }
 
 // Resume allows executions again.
@@ -292,15 +330,30 @@ func (s *Sandbox) Resume(ctx context.Context) error {
 	return nil
 }
 
-// Close stops everything running and closes the workspace root.
+// Close writes out the state of contexts that ran since their last save,
+// stops everything running and closes the workspace root.
 func (s *Sandbox) Close(ctx context.Context) error {
 	s.mu.Lock()
-	h := s.execd
+	s.closing = true
+	h, discard := s.execd, s.discard
 	s.mu.Unlock()
+	if !discard {
+		if err := s.parkAll(ctx, false); err != nil {
+			slog.Warn("save code contexts at close", "err", err)
+		}
+	}
 	if h != nil {
 		h.Close()
 	}
 	return s.root.Close()
+}
+
+// Discard tells a sandbox about to be destroyed that Close need not save
+// its contexts.
+func (s *Sandbox) Discard() {
+	s.mu.Lock()
+	s.discard = true
+	s.mu.Unlock()
 }
 
 // Root is the workspace.
@@ -324,10 +377,18 @@ func (s *Sandbox) NewInterpreter(ctx context.Context, language, cwd string) (exe
 		return nil, err
 	}
 	switch language {
-	case "python":
-		return s.rt.opts.Python.NewInterpreter(ctx, s.root, cwd, s.mem, s.egress)
-	case "javascript":
-		return s.rt.opts.JavaScript.NewInterpreter(ctx, s.root, cwd, s.mem, s.egress)
+	case "python", "javascript":
+		w := s.newCtxInterp(s.guest(language), cwd)
+		if s.isolation == "" {
+			// (Under per-call isolation every execution starts a fresh one.)
+			if _, err := w.ensure(ctx); err != nil {
+				return nil, err
+			}
+		}
+		w.mu.Lock()
+		w.scheduleLocked() // the manifest gets the new context
+		w.mu.Unlock()
+		return w, nil
 	case "typescript":
 		return nil, fmt.Errorf("%w: typescript is not available in a wasm sandbox; use javascript, or create the sandbox with extensions {\"hybox.io/runtime\":\"runc\"} and an image with a TypeScript runtime", execd.ErrUnknownLanguage)
 	default:

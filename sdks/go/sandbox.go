@@ -278,6 +278,30 @@ func (s *Sandbox) Resume(ctx context.Context) error {
 	return s.c.tr.call(ctx, request{method: http.MethodPost, path: s.path("/resume")}, nil)
 }
 
+// Fork asks the server for req.Count copies of the sandbox (1 when 0):
+// new sandboxes, running, each with a copy of the workspace and of every
+// code context's state (ids, execution counts, variables), and the
+// sandbox's metadata with req.Metadata merged over it. What a copy does is
+// not seen by the sandbox or by the other copies, and the reverse. Either
+// every copy is made or none is.
+//
+// # Errors
+// An *APIError: ErrInvalid for a count outside 1..16 or a reserved
+// metadata key, ErrNotSupported for a sandbox whose runtime cannot fork
+// (only wasm can today), ErrConflict for a sandbox neither running nor
+// paused; or a transport error.
+func (s *Sandbox) Fork(ctx context.Context, req api.ForkSandboxRequest) ([]*Sandbox, error) {
+	var out api.ForkSandboxResponse
+	if err := s.c.tr.call(ctx, request{method: http.MethodPost, path: s.path("/fork"), body: req}, &out); err != nil {
+		return nil, err
+	}
+	sbs := make([]*Sandbox, len(out.Sandboxes))
+	for i, info := range out.Sandboxes {
+		sbs[i] = s.c.handle(info)
+	}
+	return sbs, nil
+}
+
 // Renew sets the time the sandbox expires at and returns the time the
 // server recorded.
 //

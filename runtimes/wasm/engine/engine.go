@@ -93,6 +93,9 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 // of its call is done (host modules may be added to it).
 func (e *Engine) Runtime() wazero.Runtime { return e.rt }
 
+// CacheDir returns the compilation cache directory ("" = none).
+func (e *Engine) CacheDir() string { return e.opts.CacheDir }
+
 // GuestDir returns the directory the guests are read from.
 func (e *Engine) GuestDir() string { return e.opts.GuestDir }
 

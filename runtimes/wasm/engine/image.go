@@ -91,6 +91,20 @@ type ImageMemory struct {
 
 type storer interface {
 	store32(off uint64, v uint32) bool
+	overlay(st *State) bool
+}
+
+// Overlay maps the pages of st (from MapStateFile) into the instance's memory, which must
+// already be at least st.Size long, copy-on-write from the state's file:
+// the instance reads them from the page cache and copies a page only when
+// it writes it. It reports false when it could not (on systems without
+// such mappings, or a failed mapping); the caller then writes the pages
+// with Apply. Call it before the guest runs.
+func (h *ImageMemory) Overlay(st *State) bool {
+	h.mu.Lock()
+	m := h.m
+	h.mu.Unlock()
+	return m != nil && st.mapped != nil && m.overlay(st)
 }
 
 // imageMemory is a linear memory started from an image.
@@ -120,4 +134,72 @@ func limitFor(max uint64, l *MemoryLimit) uint64 {
 		return uint64(b)
 	}
 	return max
+}
+
+// Bytes returns the image's contents, read-only (a shared mapping on
+// Linux). Writing to the result faults.
+//
+// # Errors
+// ErrImage when the image is closed or cannot be mapped.
+func (img *Image) Bytes() ([]byte, error) {
+	if img.closed.Load() {
+		return nil, fmt.Errorf("%w: closed", ErrImage)
+	}
+	b, err := img.impl.bytes(img.size)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrImage, err)
+	}
+	return b, nil
+}
+
+// Diff returns the pages of the instance's memory (mem, its current
+// contents) that differ from img, the image it was started from. On Linux
+// only the pages the instance has written are compared (the kernel's page
+// map says which); elsewhere every page is. The result aliases mem: the
+// guest must not run while it is used.
+//
+// # Errors
+// ErrImage when img cannot be read.
+func (h *ImageMemory) Diff(img *Image, mem []byte) ([]Page, error) {
+	base, err := img.Bytes()
+	if err != nil {
+		return nil, err
+	}
+	h.mu.Lock()
+	m := h.m
+	h.mu.Unlock()
+	if w, ok := m.(writtenPager); ok {
+		if written, ok := w.written(uint64(len(mem))); ok {
+			return diffPages(mem, base, written), nil
+		}
+	}
+	return Diff(mem, base), nil
+}
+
+// writtenPager is a memory that can tell which of its pages were written.
+type writtenPager interface {
+	// written returns, per PageSize page of the first n bytes, whether it
+	// may have been written; false when it cannot tell.
+	written(n uint64) ([]bool, bool)
+}
+
+// diffPages is Diff over the pages that written marks.
+func diffPages(mem, base []byte, written []bool) []Page {
+	var zero [PageSize]byte
+	var out []Page
+	for i, w := range written {
+		off := i * PageSize
+		if !w || off+PageSize > len(mem) {
+			continue
+		}
+		ref := zero[:]
+		if off+PageSize <= len(base) {
+			ref = base[off : off+PageSize]
+		}
+		if string(mem[off:off+PageSize]) == string(ref) {
+			continue
+		}
+		out = appendRun(out, mem, uint64(off))
+	}
+	return out
 }

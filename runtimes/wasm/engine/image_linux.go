@@ -3,6 +3,7 @@
 package engine
 
 import (
+	"encoding/binary"
 	"fmt"
 	"os"
 	"sync"
@@ -13,7 +14,24 @@ import (
 )
 
 // imageImpl is a memfd holding the image.
-type imageImpl struct{ f *os.File }
+type imageImpl struct {
+	f    *os.File
+	view *imageView
+}
+
+// imageView is a read-only shared mapping of the image, made on first use.
+type imageView struct {
+	once sync.Once
+	b    []byte
+	err  error
+}
+
+func (i imageImpl) bytes(size uint64) ([]byte, error) {
+	i.view.once.Do(func() {
+		i.view.b, i.view.err = unix.Mmap(int(i.f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
+	})
+	return i.view.b, i.view.err
+}
 
 func newImageImpl(mem []byte) (imageImpl, error) {
 	fd, err := unix.MemfdCreate("hybox-memory-image", unix.MFD_CLOEXEC)
@@ -25,10 +43,15 @@ func newImageImpl(mem []byte) (imageImpl, error) {
 		_ = f.Close()
 		return imageImpl{}, fmt.Errorf("write image: %w", err)
 	}
-	return imageImpl{f: f}, nil
+	return imageImpl{f: f, view: &imageView{}}, nil
 }
 
-func (i imageImpl) close() error { return i.f.Close() }
+func (i imageImpl) close() error {
+	if i.view.b != nil {
+		_ = unix.Munmap(i.view.b)
+	}
+	return i.f.Close()
+}
 
 func (i imageImpl) allocate(size, max uint64, l *MemoryLimit, mu *sync.Mutex) imageMemory {
 	return &cowMemory{img: i, imgSize: size, max: max, l: l, mu: mu}
@@ -40,13 +63,14 @@ func (i imageImpl) allocate(size, max uint64, l *MemoryLimit, mu *sync.Mutex) im
 // to a page copies it. The address never changes, so growth only lengthens
 // the slice.
 type cowMemory struct {
-	img     imageImpl
-	imgSize uint64
-	max     uint64
-	l       *MemoryLimit
-	mu      *sync.Mutex // guards region against store32
-	region  []byte
-	size    uint64 // current length
+	img      imageImpl
+	imgSize  uint64
+	max      uint64
+	l        *MemoryLimit
+	mu       *sync.Mutex // guards region against store32
+	region   []byte
+	size     uint64      // current length
+	overlays [][2]uint64 // (offset, length) mapped from saved states: always compared
 }
 
 func (m *cowMemory) Reallocate(size uint64) []byte {
@@ -92,5 +116,93 @@ func (m *cowMemory) store32(off uint64, v uint32) bool {
 		return false
 	}
 	atomic.StoreUint32((*uint32)(unsafe.Pointer(&m.region[off])), v)
+	return true
+}
+
+// Page-map bits (Documentation/admin-guide/mm/pagemap.rst).
+const (
+	pmPresent = 1 << 63
+	pmSwapped = 1 << 62
+	pmFile    = 1 << 61
+)
+
+// written reads the process's page map for the memory's first n bytes: a
+// page was written when it is an anonymous page (the private copy a write
+// made, or a page past the image) that is present or swapped out. Pages
+// of the image never written are file pages or absent. An anonymous page
+// that was only read maps the zero page and is reported too; Diff drops
+// it by comparing.
+func (m *cowMemory) written(n uint64) ([]bool, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.region == nil || n > uint64(len(m.region)) || n%PageSize != 0 || os.Getpagesize() != PageSize {
+		return nil, false
+	}
+	f, err := os.Open("/proc/self/pagemap")
+	if err != nil {
+		return nil, false
+	}
+	defer f.Close()
+	pages := n / PageSize
+	base := uint64(uintptr(unsafe.Pointer(&m.region[0]))) / PageSize
+	out := make([]bool, pages)
+	buf := make([]byte, 8*4096)
+	for done := uint64(0); done < pages; {
+		k := min(pages-done, uint64(len(buf)/8))
+		if _, err := f.ReadAt(buf[:k*8], int64((base+done)*8)); err != nil {
+			return nil, false
+		}
+		for j := uint64(0); j < k; j++ {
+			e := binary.LittleEndian.Uint64(buf[j*8:])
+			out[done+j] = e&pmSwapped != 0 || (e&pmPresent != 0 && e&pmFile == 0)
+		}
+		done += k
+	}
+	for _, o := range m.overlays {
+		for p := o[0] / PageSize; p < (o[0]+o[1])/PageSize && p < pages; p++ {
+			out[p] = true
+		}
+	}
+	return out, true
+}
+
+// mapFile maps f read-only (an empty file is an empty slice).
+func mapFile(f *os.File) ([]byte, func(), error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, nil, err
+	}
+	if fi.Size() == 0 {
+		return nil, func() {}, nil
+	}
+	b, err := unix.Mmap(int(f.Fd()), 0, int(fi.Size()), unix.PROT_READ, unix.MAP_SHARED|unix.MAP_POPULATE)
+	if err != nil {
+		return nil, nil, err
+	}
+	return b, func() { _ = unix.Munmap(b) }, nil
+}
+
+// overlay maps the pages of st, from its file, over the memory,
+// copy-on-write.
+func (m *cowMemory) overlay(st *State) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.region == nil {
+		return false
+	}
+	off := st.mapped.data
+	for _, p := range st.Pages {
+		n := uint64(len(p.Data))
+		if p.Off+n > m.size {
+			return false
+		}
+		// Counted as written before it is mapped: Diff must compare it.
+		m.overlays = append(m.overlays, [2]uint64{p.Off, n})
+		if _, err := unix.MmapPtr(int(st.mapped.f.Fd()), int64(off), unsafe.Pointer(&m.region[p.Off]), uintptr(n),
+			unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_FIXED); err != nil {
+			return false
+		}
+		off += n
+	}
 	return true
 }

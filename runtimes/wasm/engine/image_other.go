@@ -4,6 +4,8 @@ package engine
 
 import (
 	"bytes"
+	"io"
+	"os"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -15,6 +17,8 @@ type imageImpl struct{ mem []byte }
 func newImageImpl(mem []byte) (imageImpl, error) { return imageImpl{mem: bytes.Clone(mem)}, nil }
 
 func (i imageImpl) close() error { return nil }
+
+func (i imageImpl) bytes(uint64) ([]byte, error) { return i.mem, nil }
 
 func (i imageImpl) allocate(size, max uint64, l *MemoryLimit, mu *sync.Mutex) imageMemory {
 	return &copyMemory{img: i.mem, inner: limitedMemory{limit: limitFor(max, l), max: max}, mu: mu}
@@ -57,3 +61,11 @@ func (m *copyMemory) Free() {
 	m.inner.Free()
 	m.cur = nil
 }
+
+// mapFile reads f into memory.
+func mapFile(f *os.File) ([]byte, func(), error) {
+	b, err := io.ReadAll(f)
+	return b, func() {}, err
+}
+
+func (m *copyMemory) overlay(*State) bool { return false }

@@ -148,6 +148,10 @@ type image struct {
 	hy, scratch   uint32
 }
 
+// linearLimit is the cap of the linear memory of a VM whose JS heap is
+// capped at memLimit bytes.
+func linearLimit(memLimit int64) int64 { return memLimit + memLimit/4 + 16<<20 }
+
 // instantiate creates a wasm instance of the guest for v, whose linear
 // memory is capped for a JS heap of memLimit bytes.
 func (m *Manager) instantiate(ctx context.Context, v *vm, memLimit int64) error {
@@ -162,7 +166,7 @@ func (m *Manager) instantiate(ctx context.Context, v *vm, memLimit int64) error 
 		// The linear memory gets headroom over the JS heap limit for the
 		// allocator, the stack and static data, so QuickJS's own limit
 		// is the one that normally fires.
-		ictx = engine.WithMemoryLimit(ictx, memLimit+memLimit/4+16<<20)
+		ictx = engine.WithMemoryLimit(ictx, linearLimit(memLimit))
 	}
 	cfg := wazero.NewModuleConfig().WithName("").
 		WithSysWalltime().WithSysNanotime().WithSysNanosleep().

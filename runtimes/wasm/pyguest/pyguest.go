@@ -70,6 +70,11 @@ type Options struct {
 	MemoryLimitBytes int64
 	// OutputLimitBytes caps stdout+stderr+results of one execution (default 10 MiB).
 	OutputLimitBytes int64
+	// ImageDir is where the source build's memory image is saved and
+	// found again by the next process, so that contexts saved by one
+	// process (SaveState) can be restored by another. "" = the image is
+	// not saved, and saved contexts restore only in the same process.
+	ImageDir string
 }
 
 // Validate reports whether the options are usable.
@@ -150,6 +155,10 @@ func NewManager(ctx context.Context, opts Options) (*Manager, error) {
 	} else if cm, err = opts.Engine.Compile(ctx, engine.Python); err != nil {
 		return nil, fmt.Errorf("pyguest: %w", err)
 	}
+	log := slog.Default().With("component", "pyguest")
+	if rx != nil {
+		rx.imageDir, rx.log = opts.ImageDir, log.Warn
+	}
 	base, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	m := &Manager{
 		opts:   opts,
@@ -158,7 +167,7 @@ func NewManager(ctx context.Context, opts Options) (*Manager, error) {
 		site:   site,
 		base:   base,
 		cancel: cancel,
-		log:    slog.Default().With("component", "pyguest"),
+		log:    log,
 		prefix: "pyguest-" + uuid.NewString()[:8],
 		full:   make(chan struct{}),
 		refill: make(chan struct{}, 1),

@@ -66,16 +66,23 @@ type reactor struct {
 	stdlib memFS      // the stdlib zip
 	tree   *pycacheFS // the same as a directory tree, for commands
 
-	mu    sync.Mutex
-	img   *engine.Image // nil until the first context
-	sp    uint64        // __stack_pointer at rest
-	slots slots
+	imageDir string // where the image is saved; "" = nowhere
+	log      func(msg string, args ...any)
+
+	viewMu sync.RWMutex // held (read) while a save reads the image; close waits
+
+	mu     sync.Mutex
+	img    *engine.Image // nil until the first context
+	imgID  string        // identity of img, named by the contexts saved from it
+	closed bool          // close was called: no image is made again
+	sp     uint64        // __stack_pointer at rest
+	slots  slots
 }
 
 // slots are the addresses and values the host writes to interrupt a cell.
 type slots struct {
-	asyncExc, pendingAsync, evalBreaker uint32
-	keyboardInterrupt, timeoutError     uint32
+	AsyncExc, PendingAsync, EvalBreaker uint32
+	KeyboardInterrupt, TimeoutError     uint32
 }
 
 func newReactor(ctx context.Context, eng *engine.Engine, b engine.PythonBuild, site fs.FS) (*reactor, error) {
@@ -157,7 +164,10 @@ func (r *reactor) image(ctx context.Context) (*engine.Image, uint64, slots, erro
 	if r.img != nil {
 		return r.img, r.sp, r.slots, nil
 	}
-	if err := r.boot(ctx); err != nil {
+	if r.closed {
+		return nil, 0, slots{}, ErrClosed
+	}
+	if err := r.loadImage(ctx); err != nil {
 		return nil, 0, slots{}, err
 	}
 	return r.img, r.sp, r.slots, nil
@@ -209,7 +219,7 @@ func (r *reactor) boot(ctx context.Context) error {
 		return errors.New("python image: unknown hybox_slots layout")
 	}
 	u := func(i int) uint32 { return binary.LittleEndian.Uint32(raw[4*i:]) }
-	s := slots{asyncExc: u(1), pendingAsync: u(2), evalBreaker: u(3), keyboardInterrupt: u(4), timeoutError: u(5)}
+	s := slots{AsyncExc: u(1), PendingAsync: u(2), EvalBreaker: u(3), KeyboardInterrupt: u(4), TimeoutError: u(5)}
 	mem, ok := mod.Memory().Read(0, mod.Memory().Size())
 	if !ok {
 		return errors.New("python image: cannot read memory")
@@ -223,8 +233,11 @@ func (r *reactor) boot(ctx context.Context) error {
 }
 
 func (r *reactor) close() {
+	r.viewMu.Lock()
+	defer r.viewMu.Unlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.closed = true
 	if r.img != nil {
 		_ = r.img.Close()
 		r.img = nil
@@ -260,6 +273,9 @@ type rinstance struct {
 // clone starts a context from the image, bound to root and eg, with its
 // linear memory capped at memLimit bytes.
 func (r *reactor) clone(ctx context.Context, base context.Context, root experimentalsys.FS, eg engine.Egress, memLimit int64, outLimit int64) (*rinstance, error) {
+	// The image stays open until the new memory has mapped it.
+	r.viewMu.RLock()
+	defer r.viewMu.RUnlock()
 	img, sp, sl, err := r.image(ctx)
 	if err != nil {
 		return nil, err
@@ -327,8 +343,8 @@ func (ri *rinstance) exec(ctx context.Context, reqs []byte, e *execution) (stopp
 	}
 	// An interrupt of the previous run may have been raised just after
 	// its hybox_run had returned: it must not land in this one.
-	ri.mem.StoreUint32(ri.slots.asyncExc, 0)
-	ri.mem.StoreUint32(ri.slots.pendingAsync, 0)
+	ri.mem.StoreUint32(ri.slots.AsyncExc, 0)
+	ri.mem.StoreUint32(ri.slots.PendingAsync, 0)
 	ri.stdin.set(reqs)
 	ri.begin(e)
 	defer ri.detach()
@@ -362,9 +378,9 @@ func (ri *rinstance) exec(ctx context.Context, reqs []byte, e *execution) (stopp
 // interruptLoop raises the stop exception in the guest until done is
 // closed, and kills the guest after interruptGrace.
 func (ri *rinstance) interruptLoop(ctx context.Context, done <-chan struct{}) {
-	exc := ri.slots.keyboardInterrupt
+	exc := ri.slots.KeyboardInterrupt
 	if stopReason(ctx) == execd.ErrTimeout {
-		exc = ri.slots.timeoutError
+		exc = ri.slots.TimeoutError
 	}
 	t := time.NewTicker(interruptEvery)
 	defer t.Stop()
@@ -386,9 +402,9 @@ func (ri *rinstance) interruptLoop(ctx context.Context, done <-chan struct{}) {
 // raise asks the running interpreter to raise exception type exc at its
 // next eval-breaker check, and wakes it from a sleep.
 func (ri *rinstance) raise(exc uint32) {
-	ri.mem.StoreUint32(ri.slots.asyncExc, exc)
-	ri.mem.StoreUint32(ri.slots.pendingAsync, 1)
-	ri.mem.StoreUint32(ri.slots.evalBreaker, 1)
+	ri.mem.StoreUint32(ri.slots.AsyncExc, exc)
+	ri.mem.StoreUint32(ri.slots.PendingAsync, 1)
+	ri.mem.StoreUint32(ri.slots.EvalBreaker, 1)
 	select {
 	case ri.wake <- struct{}{}:
 	default:

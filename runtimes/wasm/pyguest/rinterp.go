@@ -27,10 +27,12 @@ type reactorInterp struct {
 
 	running sync.Mutex // held for the whole of Run
 
-	mu     sync.Mutex
-	inst   *rinstance // nil after a kill, until the next Run
-	fresh  bool       // inst has not had its init request yet
-	closed bool
+	mu       sync.Mutex
+	inst     *rinstance // nil after a kill, until the next Run
+	fresh    bool       // inst has not had its init request yet
+	reseed   bool       // inst is a fork: reseed its random generator first
+	restored bool       // inst was restored: the files it had open are gone
+	closed   bool
 }
 
 var _ execd.Interpreter = (*reactorInterp)(nil)
@@ -81,13 +83,18 @@ func (it *reactorInterp) Run(ctx context.Context, code string, out execd.Output)
 	}
 	var reqs []byte
 	it.mu.Lock()
-	if it.fresh {
-		it.fresh = false
+	switch {
+	case it.fresh:
+		it.fresh, it.reseed = false, false
 		init, err := json.Marshal(map[string]any{"cwd": it.cwd, "env": map[string]string{"HOME": it.cwd}, "clone": true})
 		if err != nil {
 			it.mu.Unlock()
 			return nil, err
 		}
+		reqs = pydriver.AppendRequest(reqs, pydriver.RequestInit, init)
+	case it.reseed || it.restored:
+		init, _ := json.Marshal(map[string]any{"clone": it.reseed, "restored": it.restored})
+		it.reseed, it.restored = false, false
 		reqs = pydriver.AppendRequest(reqs, pydriver.RequestInit, init)
 	}
 	it.mu.Unlock()

@@ -681,7 +681,12 @@ type CreateSandboxRequest struct {
 	// (tag `pools`) to claim from: the image may then be omitted (the pool's is used), and an
 	// unknown pool, another image or volumes are a 400. Without `poolRef` a create still
 	// claims from a pool whose image and runtime match. hybox reads
-	// `access.renew.extend.seconds` too (OpenSandbox's renew on access).
+	// `access.renew.extend.seconds` too (OpenSandbox's renew on access). `hybox.io/isolation` (wasm
+	// only) isolates code executions from each other: `per-call` starts every execution from
+	// the same saved state, a fresh interpreter (variables, imported and monkeypatched modules
+	// of one execution are not seen by the next); `per-call+workspace` also puts the
+	// workspace back after every execution as it was when the first one started (files
+	// written, changed or removed). Shell commands are not isolated. Another value is a 400.
 	Extensions Extensions `json:"extensions,omitempty,omitzero"`
 	Image      ImageSpec  `json:"image"`
 
@@ -905,7 +910,12 @@ type ExecError struct {
 // (tag `pools`) to claim from: the image may then be omitted (the pool's is used), and an
 // unknown pool, another image or volumes are a 400. Without `poolRef` a create still
 // claims from a pool whose image and runtime match. hybox reads
-// `access.renew.extend.seconds` too (OpenSandbox's renew on access).
+// `access.renew.extend.seconds` too (OpenSandbox's renew on access). `hybox.io/isolation` (wasm
+// only) isolates code executions from each other: `per-call` starts every execution from
+// the same saved state, a fresh interpreter (variables, imported and monkeypatched modules
+// of one execution are not seen by the next); `per-call+workspace` also puts the
+// workspace back after every execution as it was when the first one started (files
+// written, changed or removed). Shell commands are not isolated. Another value is a 400.
 type Extensions = map[string]string
 
 // FileInfo defines model for FileInfo.
@@ -932,6 +942,21 @@ type FileInfoType string
 //
 // Examples: 644, 755
 type FileMode = Mode
+
+// ForkSandboxRequest defines model for ForkSandboxRequest.
+type ForkSandboxRequest struct {
+	// Count How many copies to make (default 1).
+	Count int `json:"count,omitempty,omitzero"`
+
+	// Metadata User labels. Keys are non-empty, at most 253 characters, and may not start with the
+	// reserved prefix `opensandbox.io/`.
+	Metadata Metadata `json:"metadata,omitempty,omitzero"`
+}
+
+// ForkSandboxResponse defines model for ForkSandboxResponse.
+type ForkSandboxResponse struct {
+	Sandboxes []Sandbox `json:"sandboxes"`
+}
 
 // Health defines model for Health.
 type Health struct {
@@ -1348,7 +1373,12 @@ type Sandbox struct {
 	// (tag `pools`) to claim from: the image may then be omitted (the pool's is used), and an
 	// unknown pool, another image or volumes are a 400. Without `poolRef` a create still
 	// claims from a pool whose image and runtime match. hybox reads
-	// `access.renew.extend.seconds` too (OpenSandbox's renew on access).
+	// `access.renew.extend.seconds` too (OpenSandbox's renew on access). `hybox.io/isolation` (wasm
+	// only) isolates code executions from each other: `per-call` starts every execution from
+	// the same saved state, a fresh interpreter (variables, imported and monkeypatched modules
+	// of one execution are not seen by the next); `per-call+workspace` also puts the
+	// workspace back after every execution as it was when the first one started (files
+	// written, changed or removed). Shell commands are not isolated. Another value is a 400.
 	Extensions Extensions `json:"extensions,omitempty,omitzero"`
 	ID         string     `json:"id"`
 	Image      ImageSpec  `json:"image"`
@@ -2005,6 +2035,9 @@ type RunOnceJSONRequestBody = RunRequest
 
 // CreateSandboxJSONRequestBody defines body for CreateSandbox for application/json ContentType.
 type CreateSandboxJSONRequestBody = CreateSandboxRequest
+
+// ForkSandboxJSONRequestBody defines body for ForkSandbox for application/json ContentType.
+type ForkSandboxJSONRequestBody = ForkSandboxRequest
 
 // PatchSandboxMetadataJSONRequestBody defines body for PatchSandboxMetadata for application/json ContentType.
 type PatchSandboxMetadataJSONRequestBody = MetadataPatch

@@ -4,7 +4,7 @@ import { Commands } from "./commands.js";
 import { Egress, Vault } from "./egress.js";
 import { Files } from "./files.js";
 import { Connection, Transport, type CallOptions, type ConnectionOptions } from "./transport.js";
-import type { CreateSandboxRequest, Endpoint, ImageSpec, ListSandboxesResponse, MetadataPatch, Metrics, SandboxInfo, SandboxState } from "./types.js";
+import type { CreateSandboxRequest, Endpoint, ForkSandboxRequest, ForkSandboxResponse, ImageSpec, ListSandboxesResponse, MetadataPatch, Metrics, SandboxInfo, SandboxState } from "./types.js";
 
 /** The execd API's sandbox port. */
 export const EXECD_PORT = 44772;
@@ -124,6 +124,22 @@ export class Sandbox {
   /** Kills the sandbox and removes its files. */
   async kill(opts: CallOptions = {}): Promise<void> {
     await this.api().call({ method: "DELETE", path: this.path(""), ...opts });
+  }
+
+  /**
+   * Copies the sandbox `count` times (1..16, default 1): each copy runs with a copy of the
+   * workspace and of every code context's state (ids, execution counts, variables), and the
+   * metadata with `metadata` merged over it. Copies and source are independent.
+   * @throws InvalidArgumentError for a bad count; an error of kind not supported for a runtime
+   * that cannot fork (only wasm can today).
+   */
+  async fork(opts: ForkSandboxRequest & CallOptions = {}): Promise<Sandbox[]> {
+    const { count, metadata, ...call } = opts;
+    const body: ForkSandboxRequest = {};
+    if (count !== undefined) body.count = count;
+    if (metadata !== undefined) body.metadata = metadata;
+    const out = await this.api().json<ForkSandboxResponse>({ method: "POST", path: this.path("/fork"), json: body, ...call });
+    return out.sandboxes.map((info) => new Sandbox(this.connection, info.id, info));
   }
 
   /** Pauses the sandbox (state Pausing → Paused); executions are refused until resume. */

@@ -175,6 +175,39 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/sandboxes/{id}/fork": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox id (a UUID v4). */
+                id: components["parameters"]["SandboxId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Copy a sandbox, its files and the state of its code contexts.
+         * @description Creates `count` new sandboxes (1 by default, at most 16), each `Running`, each holding a
+         *     copy of the source's workspace and of every code context: the same context ids,
+         *     execution counts, and interpreter state (variables, imported modules, working
+         *     directory; open files are not carried over). The source may be `Running` or `Paused`;
+         *     executions running in it are waited for, and it keeps its own state. A fork has the
+         *     source's image, environment, resource limits, extensions, network policy and timeout
+         *     (counted from the fork); its metadata is the source's with `metadata` merged over it.
+         *     Copies are independent: what one writes, the other does not see. A code context of a
+         *     copy is restored on its first execution and reseeds its random generators. The
+         *     credential vault is not copied. Only wasm sandboxes can be forked today: others answer
+         *     400 `NOT_SUPPORTED`.
+         */
+        post: operations["forkSandbox"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/sandboxes/{id}/renew-expiration": {
         parameters: {
             query?: never;
@@ -1296,7 +1329,12 @@ export interface components {
          *     (tag `pools`) to claim from: the image may then be omitted (the pool's is used), and an
          *     unknown pool, another image or volumes are a 400. Without `poolRef` a create still
          *     claims from a pool whose image and runtime match. hybox reads
-         *     `access.renew.extend.seconds` too (OpenSandbox's renew on access).
+         *     `access.renew.extend.seconds` too (OpenSandbox's renew on access). `hybox.io/isolation` (wasm
+         *     only) isolates code executions from each other: `per-call` starts every execution from
+         *     the same saved state, a fresh interpreter (variables, imported and monkeypatched modules
+         *     of one execution are not seen by the next); `per-call+workspace` also puts the
+         *     workspace back after every execution as it was when the first one started (files
+         *     written, changed or removed). Shell commands are not isolated. Another value is a 400.
          */
         Extensions: {
             /** @enum {string} */
@@ -1316,6 +1354,8 @@ export interface components {
              * @example 1800
              */
             "access.renew.extend.seconds"?: string;
+            /** @enum {string} */
+            "hybox.io/isolation"?: "per-call" | "per-call+workspace";
         } & {
             [key: string]: string;
         };
@@ -1399,6 +1439,14 @@ export interface components {
         ListSandboxesResponse: {
             items: components["schemas"]["Sandbox"][];
             pagination: components["schemas"]["Pagination"];
+        };
+        ForkSandboxRequest: {
+            /** @description How many copies to make (default 1). */
+            count?: number;
+            metadata?: components["schemas"]["Metadata"];
+        };
+        ForkSandboxResponse: {
+            sandboxes: components["schemas"]["Sandbox"][];
         };
         RenewExpirationRequest: {
             /** Format: date-time */
@@ -3203,6 +3251,40 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["SandboxNotFound"];
             409: components["responses"]["InvalidState"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    forkSandbox: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The sandbox id (a UUID v4). */
+                id: components["parameters"]["SandboxId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["ForkSandboxRequest"];
+            };
+        };
+        responses: {
+            /** @description The copies, each as `createSandbox` answers. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ForkSandboxResponse"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["SandboxNotFound"];
+            409: components["responses"]["InvalidState"];
+            413: components["responses"]["PayloadTooLarge"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["Unavailable"];
         };

@@ -90,3 +90,19 @@ test("connection from HYBOX_* falls back to OPEN_SANDBOX_*", async (t) => {
   process.env.HYBOX_API_KEY = "wrong"; // HYBOX_* wins
   await assert.rejects(Sandbox.list(), { name: "AuthenticationError" });
 });
+
+test("fork: copies with the variables and files, independent of the source", async (t) => {
+  const sb = await newSandbox(t, { metadata: { suite: "js" } });
+  await sb.code.run("x = 1\nopen('/workspace/f', 'w').write('src')");
+  const forks = await sb.fork({ count: 2, metadata: { copy: "yes" } });
+  assert.equal(forks.length, 2);
+  t.after(() => Promise.all(forks.map((f) => f.kill().catch(() => {}))));
+  for (const f of forks) {
+    assert.equal(f.info?.metadata?.copy, "yes");
+    assert.equal(f.info?.metadata?.suite, "js");
+  }
+  await forks[0].code.run("x = 2");
+  assert.equal((await sb.code.run("(x, open('/workspace/f').read())")).text, "(1, 'src')");
+  assert.equal((await forks[1].code.run("x")).text, "1");
+  assert.equal((await forks[0].code.run("x")).text, "2");
+});

@@ -157,7 +157,12 @@ class Extensions(BaseModel):
     (tag `pools`) to claim from: the image may then be omitted (the pool's is used), and an
     unknown pool, another image or volumes are a 400. Without `poolRef` a create still
     claims from a pool whose image and runtime match. hybox reads
-    `access.renew.extend.seconds` too (OpenSandbox's renew on access).
+    `access.renew.extend.seconds` too (OpenSandbox's renew on access). `hybox.io/isolation` (wasm
+    only) isolates code executions from each other: `per-call` starts every execution from
+    the same saved state, a fresh interpreter (variables, imported and monkeypatched modules
+    of one execution are not seen by the next); `per-call+workspace` also puts the
+    workspace back after every execution as it was when the first one started (files
+    written, changed or removed). Shell commands are not isolated. Another value is a 400.
 
     """
 
@@ -191,6 +196,10 @@ class Extensions(BaseModel):
     expiry has nothing to renew; a paused one is not renewed.
 
     """
+    hybox_io_isolation: Annotated[
+        Literal['per-call', 'per-call+workspace'] | None,
+        Field(alias='hybox.io/isolation'),
+    ] = None
 
 
 class ResourceLimits(BaseModel):
@@ -252,6 +261,14 @@ class Pagination(BaseModel):
     totalItems: int
     totalPages: int
     hasNextPage: bool
+
+
+class ForkSandboxRequest(BaseModel):
+    count: Annotated[int | None, Field(ge=1, le=16)] = None
+    """
+    How many copies to make (default 1).
+    """
+    metadata: Metadata | None = None
 
 
 class RenewExpirationRequest(BaseModel):
@@ -1032,6 +1049,10 @@ class Sandbox(BaseModel):
 class ListSandboxesResponse(BaseModel):
     items: list[Sandbox]
     pagination: Pagination
+
+
+class ForkSandboxResponse(BaseModel):
+    sandboxes: list[Sandbox]
 
 
 class RunRequest(BaseModel):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins as _builtins
 import asyncio
 import datetime as _dt
 from collections.abc import Mapping, Sequence
@@ -243,6 +244,19 @@ class AsyncSandbox:
     async def resume(self) -> None:
         """Resumes a paused sandbox. Raises :class:`ConflictError` if it is not paused."""
         await self._t.send("POST", self._path("/resume"), idempotent=True)
+
+    async def fork(self, count: int = 1, *, metadata: Mapping[str, str] | None = None) -> _builtins.list[AsyncSandbox]:
+        """Copies the sandbox ``count`` times (1..16): each copy runs with a copy of the
+        workspace and of every code context's state (ids, execution counts, variables), and the
+        metadata with ``metadata`` merged over it. Copies and source are independent. Raises
+        :class:`InvalidArgumentError` for a bad count, or an error of kind not supported for a
+        runtime that cannot fork (only wasm can today)."""
+        body: dict[str, Any] = {"count": count}
+        if metadata:
+            body["metadata"] = dict(metadata)
+        data = await self._t.call("POST", self._path("/fork"), json_body=body, idempotent=False)
+        infos = [SandboxInfo.model_validate(d) for d in data["sandboxes"]]
+        return [AsyncSandbox(info, Transport(self._t.config, blocking=self._t.blocking)) for info in infos]
 
     async def renew(self, expires_at: _dt.datetime) -> _dt.datetime:
         """Sets when the sandbox expires (a timezone-aware time in the future)."""

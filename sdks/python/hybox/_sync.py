@@ -567,6 +567,10 @@ class Sandbox:
         """Resumes a paused sandbox."""
         _run(self._a.resume())
 
+    def fork(self, count: int = 1, *, metadata: Mapping[str, str] | None = None) -> builtins.list[Sandbox]:
+        """Copies the sandbox; see :meth:`AsyncSandbox.fork`."""
+        return [Sandbox(a) for a in _run(self._a.fork(count, metadata=metadata))]
+
     def renew(self, expires_at: _dt.datetime) -> _dt.datetime:
         """Sets when the sandbox expires."""
         return _run(self._a.renew(expires_at))

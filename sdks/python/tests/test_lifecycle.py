@@ -126,3 +126,19 @@ def test_ping_and_metrics(server: Server) -> None:
         assert got.cpu_count > 0
         assert got.mem_total_mib > 0
         assert got.timestamp > 0
+
+
+def test_fork(server: Server) -> None:
+    with hybox.Sandbox.create(metadata={"suite": "py", "case": "fork"}) as sb:
+        sb.code.run("x = 1\nopen('/workspace/f', 'w').write('src')")
+        forks = sb.fork(2, metadata={"copy": "yes"})
+        try:
+            assert len(forks) == 2
+            assert all(f.info.metadata is not None and f.info.metadata.root["copy"] == "yes" for f in forks)
+            forks[0].code.run("x = 2")
+            assert sb.code.run("(x, open('/workspace/f').read())").text == "(1, 'src')"
+            assert forks[1].code.run("x").text == "1"
+            assert forks[0].code.run("x").text == "2"
+        finally:
+            for f in forks:
+                f.kill()
