@@ -4,6 +4,8 @@
 # per version, into a cache directory:
 #
 #   build.sh [CACHE_DIR]      (default /var/cache/hybox/k8s)
+#   build.sh --check [CACHE_DIR]  exit 0 when the build is cached, 1 when it
+#                                 would have to build (nothing is built)
 #
 # Output: CACHE_DIR/<kubernetes version>/bin/{etcd,kube-apiserver,
 # kube-controller-manager,kube-scheduler,kubelet,kubectl,pause} and a "built"
@@ -18,6 +20,11 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 tools=$repo/tools/k8s
+check=no
+if [ "${1:-}" = --check ]; then
+	check=yes
+	shift
+fi
 cache=${1:-/var/cache/hybox/k8s}
 say() { echo "k8s-build: $*" >&2; }
 
@@ -41,6 +48,10 @@ if [ $cached = yes ] && [ "$(sed -n 's/^key //p' "$out/built" 2>/dev/null)" = "$
 	say "kubernetes $version and etcd $etcd_version are cached in $out"
 	echo "$out"
 	exit 0
+fi
+if [ $check = yes ]; then
+	say "kubernetes $version and etcd $etcd_version are not built in $out (or its inputs changed)"
+	exit 1
 fi
 
 # The staging modules replaced in tools/k8s/go.mod must be exactly those that
