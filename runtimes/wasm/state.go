@@ -95,6 +95,9 @@ type ctxInterp struct {
 	reseed  bool
 	closed  bool
 	timer   *time.Timer
+	// stopSave abandons a save the timer started: the next execution
+	// does not wait for a large context's pages to reach the disk.
+	stopSave context.CancelFunc
 }
 
 var _ execd.Interpreter = (*ctxInterp)(nil)
@@ -106,6 +109,11 @@ func (s *Sandbox) newCtxInterp(g Guest, cwd string) *ctxInterp {
 // Run restores the interpreter if it was saved, runs code and schedules a
 // save (or, under per-call isolation, drops the interpreter).
 func (it *ctxInterp) Run(ctx context.Context, code string, out execd.Output) (*execd.ExecError, error) {
+	it.mu.Lock()
+	if it.stopSave != nil {
+		it.stopSave()
+	}
+	it.mu.Unlock()
 	it.run.Lock()
 	defer it.run.Unlock()
 	s := it.s
@@ -237,7 +245,20 @@ func (it *ctxInterp) scheduleLocked() {
 	}
 	if it.timer == nil {
 		it.timer = time.AfterFunc(it.s.rt.opts.SaveDelay, func() {
-			if err := it.save(context.Background(), false); err != nil {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			it.mu.Lock()
+			it.stopSave = cancel
+			it.mu.Unlock()
+			err := it.save(ctx, false)
+			it.mu.Lock()
+			it.stopSave = nil
+			if errors.Is(err, context.Canceled) && !it.closed {
+				it.scheduleLocked() // an execution came first; save after it
+				err = nil
+			}
+			it.mu.Unlock()
+			if err != nil {
 				slog.Warn("save code context", "err", err)
 			}
 		})
@@ -280,7 +301,7 @@ func (it *ctxInterp) saveLocked(ctx context.Context, park bool) error {
 			_ = os.Remove(path)
 		} else if err := os.MkdirAll(it.s.stateDir(), 0o755); err != nil {
 			return err
-		} else if err := engine.WriteStateFile(path, st); err != nil {
+		} else if err := engine.WriteStateFileContext(ctx, path, st); err != nil {
 			return err
 		}
 		it.mu.Lock()

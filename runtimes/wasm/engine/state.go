@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"bufio"
 	"encoding/binary"
 	"errors"
@@ -374,12 +375,18 @@ func (d *decoder) str16() string { return string(d.bytes(uint64(d.u16()))) }
 // # Errors
 // ErrState for a malformed s; file system errors.
 func WriteStateFile(path string, s *State) error {
+	return WriteStateFileContext(context.Background(), path, s)
+}
+
+// WriteStateFileContext is WriteStateFile that gives up, leaving the old
+// file, once ctx is done (checked at every MiB written).
+func WriteStateFileContext(ctx context.Context, path string, s *State) error {
 	f, err := os.CreateTemp(filepath.Dir(path), ".state-*")
 	if err != nil {
 		return err
 	}
 	tmp := f.Name()
-	w := bufio.NewWriterSize(f, 1<<20)
+	w := bufio.NewWriterSize(ctxWriter{ctx, f}, 1<<20)
 	err = WriteState(w, s)
 	if err == nil {
 		err = w.Flush()
@@ -394,6 +401,19 @@ func WriteStateFile(path string, s *State) error {
 		_ = os.Remove(tmp)
 	}
 	return err
+}
+
+// ctxWriter fails its writes once ctx is done.
+type ctxWriter struct {
+	ctx context.Context
+	w   io.Writer
+}
+
+func (c ctxWriter) Write(b []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.w.Write(b)
 }
 
 // ReadStateFile reads the State at path.
