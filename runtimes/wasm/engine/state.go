@@ -1,8 +1,8 @@
 package engine
 
 import (
-	"context"
 	"bufio"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
