@@ -12,6 +12,8 @@ export { Files } from "./files.js";
 export type { FileData, WriteEntry } from "./files.js";
 export { Egress, Vault } from "./egress.js";
 export { Pty } from "./pty.js";
+export { Pool, Volume } from "./pools.js";
+export type { PoolCreateOptions } from "./pools.js";
 export type { PtyOptions } from "./pty.js";
 export { run } from "./run.js";
 export type { RunOptions } from "./run.js";

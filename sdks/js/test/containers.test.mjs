@@ -3,7 +3,7 @@
 // test image localhost/hybox/python-plot:3-bookworm. One sandbox per runtime.
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { newSandbox, noContainers } from "./util.mjs";
+import { eventually, newSandbox, noContainers } from "./util.mjs";
 
 const plotImage = "localhost/hybox/python-plot:3-bookworm";
 const runtimes = [["runc", noContainers]];
@@ -43,3 +43,31 @@ for (const [runtime, skip] of runtimes) {
     assert.ok((await sb.code.listContexts({ language: "python" })).some((c) => c.id === ctx.id));
   });
 }
+
+test("pools and named volumes: create, claim, status, typed errors, delete", { skip: noContainers, timeout: 180_000 }, async (t) => {
+  const { Pool, Volume, NotFoundError, ConflictError, InvalidArgumentError } = await import("@hybox/sdk");
+  const image = "localhost/hybox/python:3-bookworm";
+  const created = await Pool.create("js-pool", { image, runtime: "runc", size: 1 });
+  t.after(() => Pool.delete("js-pool").catch(() => {}));
+  assert.equal(created.name, "js-pool");
+  assert.equal(created.source, "api");
+  assert.ok(await eventually(async () => (await Pool.get("js-pool")).status.available === 1, 90_000), "the pool filled");
+  assert.ok((await Pool.list()).some((p) => p.name === "js-pool"));
+  const sb = await newSandbox(t, { image, entrypoint: ["sleep", "infinity"], env: { FROM: "pool" }, extensions: { "hybox.io/runtime": "runc" } });
+  assert.equal((await sb.commands.run("echo $FROM")).stdout, "pool\n");
+  assert.equal((await Pool.get("js-pool")).status.allocated, 1);
+  assert.equal((await Pool.resize("js-pool", 0)).capacitySpec.bufferMax, 0);
+  await assert.rejects(Pool.get("none"), NotFoundError);
+  await assert.rejects(Pool.create("js-pool", { image }), ConflictError);
+  await assert.rejects(Pool.create("other", { image: "localhost/none:1" }), InvalidArgumentError);
+  await Pool.delete("js-pool");
+  await assert.rejects(Pool.get("js-pool"), NotFoundError);
+
+  const v = await Volume.create("js-vol");
+  assert.equal(v.name, "js-vol");
+  assert.deepEqual(v.usedBy, []);
+  assert.ok((await Volume.list()).some((x) => x.name === "js-vol"));
+  await assert.rejects(Volume.create("js-vol"), ConflictError);
+  await Volume.delete("js-vol");
+  await assert.rejects(Volume.get("js-vol"), NotFoundError);
+});

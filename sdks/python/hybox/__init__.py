@@ -64,6 +64,7 @@ from ._sandbox import (
     _transport,
     run_stream,
 )
+from ._pools import AsyncPool, AsyncVolume, Pool, PoolInfo, Volume, VolumeInfo
 from ._transport import Transport, drive
 from ._sync import Code, CommandHandle, Commands, Egress, Files, Pty, PtySession, Sandbox, Session, Vault
 
@@ -77,11 +78,13 @@ __all__ = [
     "AsyncCommands",
     "AsyncEgress",
     "AsyncFiles",
+    "AsyncPool",
     "AsyncPty",
     "AsyncPtySession",
     "AsyncSandbox",
     "AsyncSession",
     "AsyncVault",
+    "AsyncVolume",
     "AuthenticationError",
     "BusyError",
     "Code",
@@ -111,6 +114,8 @@ __all__ = [
     "NotSupportedError",
     "OutputHandler",
     "PolicyStatus",
+    "Pool",
+    "PoolInfo",
     "Pty",
     "PtySession",
     "RateLimitedError",
@@ -125,6 +130,8 @@ __all__ = [
     "UnavailableError",
     "Vault",
     "VaultState",
+    "Volume",
+    "VolumeInfo",
     "WriteEntry",
     "allow",
     "async_run",

@@ -58,3 +58,41 @@ def test_plot_image_code_context(server: Server, runtime: str) -> None:
         assert card._repr_html_() == "<b>card</b>"
         assert value.text == "42"
         assert any(c.id == ctx.id for c in sb.code.list_contexts())
+
+
+@pytest.mark.skipif(not CONTAINERD, reason=NO_CONTAINERS)
+def test_pools_and_volumes(server: Server) -> None:
+    import time
+
+    image = "localhost/hybox/python:3-bookworm"
+    created = hybox.Pool.create("py-pool", image, runtime="runc", size=1)
+    try:
+        assert created.name == "py-pool"
+        deadline = time.monotonic() + 90
+        while hybox.Pool.get("py-pool").status.available != 1:
+            assert time.monotonic() < deadline, "the pool never filled"
+            time.sleep(0.05)
+        assert any(p.name == "py-pool" for p in hybox.Pool.list())
+        with hybox.Sandbox.create(image, runtime="runc", entrypoint=["sleep", "infinity"], env={"FROM": "pool"}) as sb:
+            assert sb.commands.run("echo $FROM").stdout == "pool\n"
+            assert hybox.Pool.get("py-pool").status.allocated == 1
+        assert hybox.Pool.resize("py-pool", 0).capacitySpec.bufferMax == 0
+        with pytest.raises(hybox.NotFoundError):
+            hybox.Pool.get("none")
+        with pytest.raises(hybox.ConflictError):
+            hybox.Pool.create("py-pool", image)
+        with pytest.raises(hybox.InvalidArgumentError):
+            hybox.Pool.create("other", "localhost/none:1")
+    finally:
+        hybox.Pool.delete("py-pool")
+    with pytest.raises(hybox.NotFoundError):
+        hybox.Pool.get("py-pool")
+
+    v = hybox.Volume.create("py-vol")
+    assert v.name == "py-vol" and v.usedBy == []
+    assert any(x.name == "py-vol" for x in hybox.Volume.list())
+    with pytest.raises(hybox.ConflictError):
+        hybox.Volume.create("py-vol")
+    hybox.Volume.delete("py-vol")
+    with pytest.raises(hybox.NotFoundError):
+        hybox.Volume.get("py-vol")
