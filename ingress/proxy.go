@@ -171,3 +171,20 @@ func joinPath(base, path string) string {
 	}
 	return strings.TrimSuffix(base, "/") + path
 }
+
+// PortProxy reverse-proxies to port at addr, the address of sandbox's own
+// network (container backends); a port nothing answers on is a 502 with
+// {code, message} naming the sandbox and the port, never the address.
+func PortProxy(sandbox string, addr string, port int, log *slog.Logger) http.Handler {
+	target := &url.URL{Scheme: "http", Host: net.JoinHostPort(addr, fmt.Sprint(port))}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.FlushInterval = -1
+	rp.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
+		if r.Context().Err() != nil {
+			return // the client went away
+		}
+		log.Debug("sandbox port did not answer", "sandbox", sandbox, "port", port, "err", err)
+		WriteError(w, &PortUnreachableError{Sandbox: sandbox, Port: port})
+	}
+	return rp
+}

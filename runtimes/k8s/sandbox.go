@@ -198,18 +198,7 @@ func (s *Sandbox) RunCode(ctx context.Context, req api.CodeRunRequest, sink exec
 
 // Proxy reverse-proxies to port on the Pod's IP.
 func (s *Sandbox) Proxy(port int) (http.Handler, error) {
-	target := &url.URL{Scheme: "http", Host: net.JoinHostPort(s.addr.String(), strconv.Itoa(port))}
-	rp := httputil.NewSingleHostReverseProxy(target)
-	rp.FlushInterval = -1
-	id := s.spec.ID
-	rp.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
-		if r.Context().Err() != nil {
-			return // the client went away
-		}
-		s.r.c.opts.Logger.Debug("sandbox port did not answer", "sandbox", id, "port", port, "err", err)
-		ingress.WriteError(w, &ingress.PortUnreachableError{Sandbox: id, Port: port})
-	}
-	return rp, nil
+	return ingress.PortProxy(s.spec.ID, s.addr.String(), port, s.r.c.opts.Logger), nil
 }
 
 // Pause is not supported yet: Kubernetes has no pause for a Pod's

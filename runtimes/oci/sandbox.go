@@ -12,7 +12,6 @@ import (
 	"net/netip"
 	"net/url"
 	"path"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -224,18 +223,7 @@ func (s *Sandbox) Proxy(port int) (http.Handler, error) {
 	if !s.addr.IsValid() {
 		return nil, fmt.Errorf("%w: sandbox %s has no network address", runtimes.ErrUnavailable, s.spec.ID)
 	}
-	target := &url.URL{Scheme: "http", Host: net.JoinHostPort(s.addr.String(), strconv.Itoa(port))}
-	rp := httputil.NewSingleHostReverseProxy(target)
-	rp.FlushInterval = -1
-	id := s.spec.ID
-	rp.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
-		if r.Context().Err() != nil {
-			return // the client went away
-		}
-		s.r.b.opts.Logger.Debug("sandbox port did not answer", "sandbox", id, "port", port, "err", err)
-		ingress.WriteError(w, &ingress.PortUnreachableError{Sandbox: id, Port: port})
-	}
-	return rp, nil
+	return ingress.PortProxy(s.spec.ID, s.addr.String(), port, s.r.b.opts.Logger), nil
 }
 
 // Pause freezes every process of the sandbox.

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	hybox "github.com/hybox-dev/hybox/sdks/go"
 )
 
 func (a *app) newImageCmd() *cobra.Command {
@@ -95,23 +97,7 @@ func (a *app) newImageLsCmd() *cobra.Command {
 }
 
 func (a *app) newImageRmCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "rm NAME...",
-		Short: "Remove images",
-		Args:  argsUsage(cobra.MinimumNArgs(1)),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client(cmd)
-			if err != nil {
-				return err
-			}
-			for _, n := range args {
-				if err := c.RemoveImage(cmd.Context(), n); err != nil {
-					return err
-				}
-			}
-			return nil
-		},
-	}
+	return a.newRmCmd("Remove images", (*hybox.Client).RemoveImage)
 }
 
 func humanBytes(n int64) string {

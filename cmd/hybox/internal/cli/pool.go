@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	hybox "github.com/hybox-dev/hybox/sdks/go"
 	"github.com/hybox-dev/hybox/sdks/go/api"
 )
 
@@ -115,23 +116,7 @@ func (a *app) newPoolResizeCmd() *cobra.Command {
 }
 
 func (a *app) newPoolRmCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "rm NAME...",
-		Short: "Delete pools and their idle members (claimed sandboxes keep running)",
-		Args:  argsUsage(cobra.MinimumNArgs(1)),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client(cmd)
-			if err != nil {
-				return err
-			}
-			for _, n := range args {
-				if err := c.DeletePool(cmd.Context(), n); err != nil {
-					return err
-				}
-			}
-			return nil
-		},
-	}
+	return a.newRmCmd("Delete pools and their idle members (claimed sandboxes keep running)", (*hybox.Client).DeletePool)
 }
 
 func (a *app) printPools(cmd *cobra.Command, pools []api.Pool) error {

@@ -245,3 +245,24 @@ func groupRun(cmd *cobra.Command, args []string) error {
 	}
 	return cmd.Help()
 }
+
+// newRmCmd is an "rm NAME..." command that removes each name with del.
+func (a *app) newRmCmd(short string, del func(c *hybox.Client, ctx context.Context, name string) error) *cobra.Command {
+	return &cobra.Command{
+		Use:   "rm NAME...",
+		Short: short,
+		Args:  argsUsage(cobra.MinimumNArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client(cmd)
+			if err != nil {
+				return err
+			}
+			for _, n := range args {
+				if err := del(c, cmd.Context(), n); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+}

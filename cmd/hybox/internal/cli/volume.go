@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	hybox "github.com/hybox-dev/hybox/sdks/go"
 	"github.com/hybox-dev/hybox/sdks/go/api"
 )
 
@@ -67,23 +68,7 @@ func (a *app) newVolumeLsCmd() *cobra.Command {
 }
 
 func (a *app) newVolumeRmCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "rm NAME...",
-		Short: "Delete named volumes and their files (refused while a sandbox uses one)",
-		Args:  argsUsage(cobra.MinimumNArgs(1)),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client(cmd)
-			if err != nil {
-				return err
-			}
-			for _, n := range args {
-				if err := c.DeleteVolume(cmd.Context(), n); err != nil {
-					return err
-				}
-			}
-			return nil
-		},
-	}
+	return a.newRmCmd("Delete named volumes and their files (refused while a sandbox uses one)", (*hybox.Client).DeleteVolume)
 }
 
 func (a *app) printVolumes(cmd *cobra.Command, vs []api.NamedVolume) error {
