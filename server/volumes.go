@@ -133,20 +133,24 @@ func (s *Server) releaseVolumes(rec *Record) error {
 
 // volumeUsers lists the sandboxes whose records claim volume name.
 func (s *Server) volumeUsers(name string) ([]string, error) {
+	users, err := s.allVolumeUsers()
+	return users[name], err
+}
+
+// allVolumeUsers maps every claimed volume to the sandboxes claiming it,
+// from one pass over the records.
+func (s *Server) allVolumeUsers() (map[string][]string, error) {
 	recs, err := s.store.list()
 	if err != nil {
 		return nil, err
 	}
-	var ids []string
+	users := map[string][]string{}
 	for _, r := range recs {
 		for _, c := range r.Claims {
-			if c.Name == name {
-				ids = append(ids, r.ID)
-				break
-			}
+			users[c.Name] = append(users[c.Name], r.ID)
 		}
 	}
-	return ids, nil
+	return users, nil
 }
 
 func (s *store) getVolume(name string) (volumeRecord, error) {
@@ -161,12 +165,8 @@ func (s *store) getVolume(name string) (volumeRecord, error) {
 	return v, err
 }
 
-// wireVolume is the API form of v.
-func (s *Server) wireVolume(v volumeRecord) (api.NamedVolume, error) {
-	users, err := s.volumeUsers(v.Name)
-	if err != nil {
-		return api.NamedVolume{}, err
-	}
+// wireVolume is the API form of v, used by users (sandbox ids).
+func (s *Server) wireVolume(v volumeRecord, users []string) api.NamedVolume {
 	if users == nil {
 		users = []string{}
 	}
@@ -179,7 +179,7 @@ func (s *Server) wireVolume(v volumeRecord) (api.NamedVolume, error) {
 		}
 		return nil
 	})
-	return api.NamedVolume{Name: v.Name, CreatedAt: v.CreatedAt, SizeBytes: size, UsedBy: users}, nil
+	return api.NamedVolume{Name: v.Name, CreatedAt: v.CreatedAt, SizeBytes: size, UsedBy: users}
 }
 
 func (s *Server) listVolumes(c *gin.Context) {
@@ -188,14 +188,14 @@ func (s *Server) listVolumes(c *gin.Context) {
 		s.abortErr(c, err)
 		return
 	}
+	users, err := s.allVolumeUsers()
+	if err != nil {
+		s.abortErr(c, err)
+		return
+	}
 	out := api.NamedVolumeList{Items: []api.NamedVolume{}}
 	for _, v := range vs {
-		w, err := s.wireVolume(v)
-		if err != nil {
-			s.abortErr(c, err)
-			return
-		}
-		out.Items = append(out.Items, w)
+		out.Items = append(out.Items, s.wireVolume(v, users[v.Name]))
 	}
 	slices.SortFunc(out.Items, func(a, b api.NamedVolume) int { return strings.Compare(a.Name, b.Name) })
 	c.JSON(http.StatusOK, out)
@@ -207,12 +207,12 @@ func (s *Server) getVolume(c *gin.Context) {
 		s.abortErr(c, err)
 		return
 	}
-	w, err := s.wireVolume(v)
+	users, err := s.volumeUsers(v.Name)
 	if err != nil {
 		s.abortErr(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, w)
+	c.JSON(http.StatusOK, s.wireVolume(v, users))
 }
 
 func (s *Server) createVolume(c *gin.Context) {
@@ -241,12 +241,7 @@ func (s *Server) createVolume(c *gin.Context) {
 		s.abortErr(c, err)
 		return
 	}
-	w, err := s.wireVolume(v)
-	if err != nil {
-		s.abortErr(c, err)
-		return
-	}
-	c.JSON(http.StatusCreated, w)
+	c.JSON(http.StatusCreated, s.wireVolume(v, nil))
 }
 
 func (s *Server) deleteVolume(c *gin.Context) {

@@ -2,14 +2,12 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -30,23 +28,9 @@ func TestPooledDaemonClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	tcp := freePort(t)
-	var stderr bytes.Buffer
-	cmd := exec.Command(bin, "--pooled", "--listen-unix", sock, "--listen-tcp", tcp, "--listen-interpreter", "",
+	_, _, stderr := startDaemon(t, bin, sock, "--pooled", "--listen-unix", sock, "--listen-tcp", tcp, "--listen-interpreter", "",
 		"--root", root, "--subreaper")
-	cmd.Stdout, cmd.Stderr = &stderr, &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	})
-	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", sock)
-	}}}
+	client := unixClient(sock)
 	do := func(method, path string, body any) (int, string) {
 		t.Helper()
 		var rd io.Reader
@@ -62,17 +46,6 @@ func TestPooledDaemonClaim(t *testing.T) {
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if c, err := net.Dial("unix", sock); err == nil {
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("socket never appeared\n%s", stderr.String())
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 	state := func() string {
 		t.Helper()
@@ -118,7 +91,7 @@ func TestPooledDaemonClaim(t *testing.T) {
 	if got, err := os.ReadFile(filepath.Join(dir, "etc", "claimed.txt")); err != nil || string(got) != "file\n" {
 		t.Fatalf("claim file: %q %v", got, err)
 	}
-	deadline = time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for {
 		got, _ := os.ReadFile(marker)
 		if string(got) == "claimed\n" {

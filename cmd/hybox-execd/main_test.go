@@ -43,6 +43,44 @@ func buildStatic(t *testing.T) string {
 	return bin
 }
 
+// startDaemon starts bin with args, stops it when the test ends, and
+// waits until its unix socket sock accepts connections. exited yields
+// the process's end once; out holds its stdout and stderr.
+func startDaemon(t *testing.T, bin, sock string, args ...string) (cmd *exec.Cmd, exited chan error, out *bytes.Buffer) {
+	t.Helper()
+	out = &bytes.Buffer{}
+	cmd = exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited = make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if c, err := net.Dial("unix", sock); err == nil {
+			c.Close()
+			return cmd, exited, out
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("socket never appeared\n%s", out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// unixClient talks HTTP over the unix socket sock.
+func unixClient(sock string) *http.Client {
+	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}}}
+}
+
 func freePort(t *testing.T) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -86,25 +124,10 @@ func TestDaemon(t *testing.T) {
 	}
 	tcp := freePort(t)
 	marker := filepath.Join(dir, "entry-got-term")
-	var stderr bytes.Buffer
-	cmd := exec.Command(bin, "--listen-unix", sock, "--listen-tcp", tcp, "--root", root,
+	cmd, exited, stderr := startDaemon(t, bin, sock, "--listen-unix", sock, "--listen-tcp", tcp, "--root", root,
 		"--access-token-file", tokenFile, "--subreaper", "--stop-grace", "5s",
 		"--", "sh", "-c", "trap 'touch "+marker+"; exit 0' TERM; echo entrypoint-up; while :; do sleep 0.1; done")
-	cmd.Stdout, cmd.Stderr = &stderr, &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	})
-
-	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", sock)
-	}}}
+	client := unixClient(sock)
 	do := func(method, path, body string, token bool) *http.Response {
 		t.Helper()
 		req, _ := http.NewRequest(method, "http://execd"+path, strings.NewReader(body))
@@ -120,18 +143,6 @@ func TestDaemon(t *testing.T) {
 		}
 		t.Cleanup(func() { resp.Body.Close() })
 		return resp
-	}
-
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if c, err := net.Dial("unix", sock); err == nil {
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("socket never appeared\n%s", stderr.String())
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 
 	if resp := do("GET", "/ping", "", false); resp.StatusCode != http.StatusUnauthorized {

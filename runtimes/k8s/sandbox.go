@@ -1,9 +1,7 @@
 package k8s
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -21,7 +19,6 @@ import (
 	"github.com/hybox-dev/hybox/ingress"
 	"github.com/hybox-dev/hybox/runtimes"
 	"github.com/hybox-dev/hybox/sdks/go/api"
-	"github.com/hybox-dev/hybox/sdks/go/errdefs"
 )
 
 // tokenHeader carries the sandbox's execd token.
@@ -173,27 +170,7 @@ func (s *Sandbox) Execd() http.Handler {
 // RunCode runs code through the Pod's execd and hands its events to sink
 // (runtimes.CodeRunner).
 func (s *Sandbox) RunCode(ctx context.Context, req api.CodeRunRequest, sink execd.Sink) error {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return err
-	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url("/code"), bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set(tokenHeader, s.token)
-	resp, err := s.client.Do(hreq)
-	if err != nil {
-		return fmt.Errorf("%w: hybox-execd in Pod %s: %v", errdefs.ErrUnreachable, podName(s.spec.ID), err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		var e api.Error
-		_ = json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&e)
-		return errdefs.FromResponse(resp.StatusCode, &e, "", "")
-	}
-	return api.ReadEvents(resp.Body, sink.Send)
+	return execd.RunCodeRemote(ctx, s.client, s.url("/code"), http.Header{tokenHeader: {s.token}}, "Pod "+podName(s.spec.ID), req, sink)
 }
 
 // Proxy reverse-proxies to port on the Pod's IP.

@@ -17,7 +17,6 @@ import (
 
 	"github.com/hybox-dev/hybox/execd"
 	"github.com/hybox-dev/hybox/runtimes"
-	"github.com/hybox-dev/hybox/sdks/go/api"
 	"github.com/hybox-dev/hybox/sdks/go/errdefs"
 )
 
@@ -203,10 +202,8 @@ func (s *Sandbox) claimCall(ctx context.Context, method, path string, in, out an
 		return fmt.Errorf("%w: hybox-execd in %s: %v", errdefs.ErrUnreachable, s.spec.ID, err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		var e api.Error
-		_ = json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&e)
-		return errdefs.FromResponse(resp.StatusCode, &e, "", "")
+	if err := errdefs.Check(resp); err != nil {
+		return err
 	}
 	if out != nil {
 		return json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(out)

@@ -1,9 +1,7 @@
 package oci
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -196,26 +194,7 @@ func (s *Sandbox) RunCode(ctx context.Context, req api.CodeRunRequest, sink exec
 	if paused {
 		return runtimes.ErrPaused
 	}
-	body, err := json.Marshal(req)
-	if err != nil {
-		return err
-	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://execd/code", bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	resp, err := s.client.Do(hreq)
-	if err != nil {
-		return fmt.Errorf("%w: hybox-execd in %s: %v", errdefs.ErrUnreachable, s.spec.ID, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		var e api.Error
-		_ = json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&e)
-		return errdefs.FromResponse(resp.StatusCode, &e, "", "")
-	}
-	return api.ReadEvents(resp.Body, sink.Send)
+	return execd.RunCodeRemote(ctx, s.client, "http://execd/code", nil, s.spec.ID, req, sink)
 }
 
 // Proxy reverse-proxies to port on the sandbox's address.

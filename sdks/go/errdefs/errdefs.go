@@ -26,6 +26,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net/http"
 	"strconv"
@@ -388,4 +389,19 @@ func Write(w http.ResponseWriter, err error) {
 	h.Del("Content-Length")
 	w.WriteHeader(status)
 	_, _ = w.Write(append(b, '\n'))
+}
+
+// Check returns nil for a 2xx answer, and for any other the error its
+// {code, message} body says (at most 1 MiB of it is read), as
+// FromResponse: the one way a server-side client of an execd API (a
+// container's, a Pod's) turns an answer into an error.
+func Check(resp *http.Response) error {
+	if resp.StatusCode/100 == 2 {
+		return nil
+	}
+	var e api.Error
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&e); err != nil {
+		return FromResponse(resp.StatusCode, nil, resp.Header.Get("X-Request-ID"), resp.Header.Get("Retry-After"))
+	}
+	return FromResponse(resp.StatusCode, &e, resp.Header.Get("X-Request-ID"), resp.Header.Get("Retry-After"))
 }
