@@ -8,12 +8,13 @@ import (
 	"maps"
 	"math"
 	"net/http"
-	"os"
+	"slices"
 	"time"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/hybox-dev/hybox/internal/cleanup"
+	"github.com/hybox-dev/hybox/internal/mounts"
 	"github.com/hybox-dev/hybox/policy/egress"
 	"github.com/hybox-dev/hybox/runtimes"
 	"github.com/hybox-dev/hybox/sdks/go/api"
@@ -92,7 +93,7 @@ func (s *Server) forkSandbox(c *gin.Context) {
 	for range n {
 		rec := s.forkRecord(src, req.Metadata)
 		cu.Add(func() {
-			_ = os.RemoveAll(s.sandboxDir(rec.ID))
+			_ = mounts.RemoveAll(s.sandboxDir(rec.ID))
 			_ = s.store.delete(rec.ID)
 		})
 		eg, err := s.newEgress(rec, true)
@@ -145,6 +146,10 @@ func (s *Server) forkRecord(src *Record, md api.Metadata) *Record {
 		maps.Copy(rec.Metadata, md)
 	}
 	rec.Env, rec.Extensions, rec.ResourceLimits = maps.Clone(src.Env), maps.Clone(src.Extensions), maps.Clone(src.ResourceLimits)
+	// The copy mounts the same volumes and shares src's claims: a named
+	// volume src's create made with deleteOnSandboxTermination goes when
+	// the last of them is deleted.
+	rec.Volumes, rec.Claims = slices.Clone(src.Volumes), slices.Clone(src.Claims)
 	if src.ExpiresAt != nil {
 		exp := now.Add(src.ExpiresAt.Sub(src.CreatedAt))
 		rec.ExpiresAt = &exp

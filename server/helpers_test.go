@@ -67,6 +67,8 @@ type harnessOpts struct {
 	upstream *egresstest.Net
 	vaultKey *vault.Key
 	pools    []api.CreatePoolRequest // pools of the configuration file
+	// allowedHostPaths: where host volumes may lie, for every tier.
+	allowedHostPaths []string
 }
 
 func newHarness(t testing.TB, dataDir string, ho harnessOpts) *harness {
@@ -78,7 +80,7 @@ func newHarness(t testing.TB, dataDir string, ho harnessOpts) *harness {
 	eo := execd.Options{ExecTimeout: ho.execTimeout, OutputLimitBytes: ho.outputLimit, Limiter: ho.limiter,
 		TypeScript: typescript.Transpiler{}}
 	rt, stop, err := wasm.Setup(ctx, wasm.SetupOptions{Engine: wasmtest.Engine(t), PythonPool: 2,
-		DefaultMemoryBytes: ho.memory, OutputLimitBytes: ho.outputLimit, Exec: eo})
+		DefaultMemoryBytes: ho.memory, OutputLimitBytes: ho.outputLimit, Exec: eo, AllowedHostPaths: ho.allowedHostPaths})
 	require.NoError(t, err)
 	rts := []runtimes.Runtime{rt}
 	var images runtimes.ImageStore
@@ -90,7 +92,7 @@ func newHarness(t testing.TB, dataDir string, ho harnessOpts) *harness {
 		ocitest.ImageIn(t, sock, ns)
 		b, err := oci.New(ctx, oci.Options{Address: sock, Namespace: ns,
 			ExecdBinary: ocitest.ExecdBinary(t), RunscBinary: ocitest.Runsc().Binary, RunscPlatform: ocitest.GVisor(t).Platform,
-			CNIPluginDir: "/usr/lib/cni", StateDir: filepath.Join(dataDir, "oci")})
+			CNIPluginDir: "/usr/lib/cni", StateDir: filepath.Join(dataDir, "oci"), AllowedHostPaths: ho.allowedHostPaths})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = b.Close() })
 		rts = append(rts, b.Runtimes()...)

@@ -89,9 +89,9 @@ func TestCreateValidation(t *testing.T) {
 		{name: "bad policy rule", body: `{"image":{"uri":"wasm://default"},"networkPolicy":{"egress":[{"action":"maybe","target":"a.com"}]}}`, want: 400, code: invalid, msg: "egress[0].action"},
 		{name: "vault without policy", body: `{"image":{"uri":"wasm://default"},"credentialProxy":{"enabled":true}}`, want: 400, code: invalid, msg: "needs a networkPolicy"},
 		{name: "snapshot", body: `{"snapshotId":"s1","image":{"uri":"wasm://default"}}`, want: 400, code: unsupported, msg: "snapshots"},
-		{name: "pvc volume", body: `{"image":{"uri":"wasm://default"},"volumes":[{"name":"v","mountPath":"/data","pvc":{"claimName":"x"}}]}`, want: 400, code: unsupported, msg: "pvc"},
+		{name: "pvc volume over the system files", body: `{"image":{"uri":"wasm://default"},"volumes":[{"name":"v","mountPath":"/etc","pvc":{"claimName":"x"}}]}`, want: 400, code: invalid, msg: "mountPath /etc is reserved"},
 		{name: "relative mount", body: `{"image":{"uri":"wasm://default"},"volumes":[{"name":"v","mountPath":"data","host":{"path":"/tmp"}}]}`, want: 400, code: invalid, msg: "mountPath"},
-		{name: "volume in wasm", body: `{"image":{"uri":"wasm://default"},"volumes":[{"name":"v","mountPath":"/data","host":{"path":"/tmp"}}]}`, want: 400, code: unsupported, msg: "runc"},
+		{name: "host volume, none allowed", body: `{"image":{"uri":"wasm://default"},"volumes":[{"name":"v","mountPath":"/data","host":{"path":"/tmp"}}]}`, want: 400, code: invalid, msg: "no allowed host paths are configured"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/hybox-dev/hybox/internal/mounts"
 	"github.com/hybox-dev/hybox/policy/egress"
 	"github.com/hybox-dev/hybox/runtimes"
 	"github.com/hybox-dev/hybox/sdks/go/api"
@@ -349,7 +350,7 @@ func (ps *poolSet) warm(ctx context.Context, p *pool, m *member) error {
 		return err
 	}
 	if err := s.store.putMember(m); err != nil {
-		_ = os.RemoveAll(spec.Dir)
+		_ = mounts.RemoveAll(spec.Dir)
 		return err
 	}
 	// A member's container gets the egress files every sandbox has (its
@@ -381,7 +382,7 @@ func (ps *poolSet) destroyMember(ctx context.Context, m *member) {
 	if rt, ok := s.opts.Runtimes.Get(m.Runtime); ok {
 		errs = append(errs, rt.Destroy(ctx, m.spec(s)))
 	}
-	errs = append(errs, os.RemoveAll(s.sandboxDir(m.ID)), s.store.deleteMember(m.ID))
+	errs = append(errs, mounts.RemoveAll(s.sandboxDir(m.ID)), s.store.deleteMember(m.ID))
 	if err := errors.Join(errs...); err != nil {
 		s.log.Warn("remove pool member", "id", m.ID, "pool", m.Pool, "err", err)
 	}

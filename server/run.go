@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -12,6 +11,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/hybox-dev/hybox/execd"
+	"github.com/hybox-dev/hybox/internal/mounts"
 	"github.com/hybox-dev/hybox/policy/egress"
 	"github.com/hybox-dev/hybox/runtimes"
 	"github.com/hybox-dev/hybox/sdks/go/api"
@@ -77,7 +77,7 @@ func (s *Server) runOneShot(c *gin.Context) {
 		if eg != nil {
 			_ = eg.Close()
 		}
-		_ = os.RemoveAll(dir)
+		_ = mounts.RemoveAll(dir)
 	}
 	sb, err := rt.Create(ctx, spec)
 	if err != nil {

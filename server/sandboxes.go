@@ -8,7 +8,6 @@ import (
 	"math"
 	"net/http"
 	"net/url"
-	"os"
 	"slices"
 	"sort"
 	"strconv"
@@ -19,6 +18,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/hybox-dev/hybox/internal/cleanup"
+	"github.com/hybox-dev/hybox/internal/mounts"
 	"github.com/hybox-dev/hybox/runtimes"
 	"github.com/hybox-dev/hybox/sdks/go/api"
 	"github.com/hybox-dev/hybox/sdks/go/errdefs"
@@ -112,7 +112,7 @@ func (s *Server) createSandbox(c *gin.Context) {
 	// directory (and the sealed vault), which start-up removes.
 	bg := context.WithoutCancel(c.Request.Context())
 	cu := cleanup.Make(func() {
-		_ = os.RemoveAll(s.sandboxDir(rec.ID))
+		_ = mounts.RemoveAll(s.sandboxDir(rec.ID))
 		_ = s.store.delete(rec.ID)
 	})
 	defer cu.Clean()

@@ -25,6 +25,7 @@ import (
 
 	"github.com/hybox-dev/hybox/ingress"
 	"github.com/hybox-dev/hybox/internal/cleanup"
+	"github.com/hybox-dev/hybox/internal/mounts"
 	"github.com/hybox-dev/hybox/policy/egress"
 	"github.com/hybox-dev/hybox/runtimes"
 	"github.com/hybox-dev/hybox/sdks/go/api"
@@ -381,7 +382,7 @@ func (s *Server) removeOrphans(recs []*Record) {
 	for _, e := range entries {
 		if !known[e.Name()] {
 			s.log.Info("removing orphaned sandbox directory", "id", e.Name())
-			if err := os.RemoveAll(s.sandboxDir(e.Name())); err != nil {
+			if err := mounts.RemoveAll(s.sandboxDir(e.Name())); err != nil {
 				s.log.Warn("remove orphan", "id", e.Name(), "err", err)
 			}
 		}
@@ -423,7 +424,7 @@ func (s *Server) destroy(ctx context.Context, r *Record) error {
 			errs = append(errs, err)
 		}
 	}
-	if err := os.RemoveAll(s.sandboxDir(r.ID)); err != nil {
+	if err := mounts.RemoveAll(s.sandboxDir(r.ID)); err != nil {
 		errs = append(errs, err)
 	}
 	if err := s.store.delete(r.ID); err != nil {

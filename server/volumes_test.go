@@ -109,8 +109,8 @@ func TestNamedVolumesBadInput(t *testing.T) {
 	st, e = create(oci(pvc("Bad_Name", "/m", nil)))
 	assert.Equal(t, 400, st)
 	assert.Contains(t, e.Message, "claimName")
-	// A wasm sandbox cannot mount one yet, and nothing is made.
-	st, _ = create(map[string]any{"image": map[string]string{"uri": "wasm://default"}, "volumes": []map[string]any{pvc("w", "/w", nil)}})
+	// A create refused by the runtime makes no volume.
+	st, _ = create(map[string]any{"image": map[string]string{"uri": "wasm://default"}, "volumes": []map[string]any{pvc("w", "/proc", nil)}})
 	assert.Equal(t, 400, st)
 	st, _ = h.volume("w")
 	assert.Equal(t, 404, st, "a refused create made no volume")

@@ -31,6 +31,9 @@ type config struct {
 	ReapInterval   duration             `toml:"reap_interval"`
 	LogLevel       string               `toml:"log_level"`
 	ImageRules     []runtimes.ImageRule `toml:"image_rules"`
+	// AllowedHostPaths are the host directories (and what is below them)
+	// that sandboxes of every tier may mount as host volumes.
+	AllowedHostPaths []string `toml:"allowed_host_paths"`
 	Wasm           wasmConfig           `toml:"wasm"`
 	OCI            ociConfig            `toml:"oci"`
 	Egress         egressConfig         `toml:"egress"`
@@ -108,8 +111,8 @@ type ociConfig struct {
 	CNIPluginDir  string `toml:"cni_plugin_dir"`
 	Subnet        string `toml:"subnet"`
 	DefaultMemory string `toml:"default_memory"`
-	// AllowedHostPaths are the host directories (and what is below them)
-	// that sandboxes may mount as volumes.
+	// AllowedHostPaths is the old, container-only spelling of the
+	// top-level allowed_host_paths; still read, and added to it.
 	AllowedHostPaths []string `toml:"allowed_host_paths"`
 	// RunscPlatform is gVisor's platform: systrap, ptrace, or "" to probe
 	// (systrap where it works, else ptrace).
@@ -184,6 +187,10 @@ func loadConfig(path string, getenv func(string) string) (*config, error) {
 			return nil
 		}},
 		{"HYBOX_EGRESS_ROOT_CA_FILE", func(v string) error { c.Egress.RootCAFile = v; return nil }},
+		{"HYBOX_ALLOWED_HOST_PATHS", func(v string) error {
+			c.AllowedHostPaths = strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ':' })
+			return nil
+		}},
 		{"HYBOX_INSECURE", func(v string) error {
 			b, err := strconv.ParseBool(v)
 			c.Insecure = b
@@ -200,6 +207,8 @@ func loadConfig(path string, getenv func(string) string) (*config, error) {
 	if c.DefaultRuntime != "" {
 		return nil, fmt.Errorf("config: default_runtime = %q is no longer read: an OCI image goes to the container runtime oci.default_runtime (runc unless set), and a sandbox runs in wasm when its image is wasm://..., a code-interpreter image or matches an image rule; move the setting to [oci] default_runtime, or add an [[image_rules]] entry", c.DefaultRuntime)
 	}
+	c.AllowedHostPaths = append(c.AllowedHostPaths, c.OCI.AllowedHostPaths...)
+	c.OCI.AllowedHostPaths = nil
 	return &c, nil
 }
 

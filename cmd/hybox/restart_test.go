@@ -193,6 +193,22 @@ func TestLoadConfigPrecedence(t *testing.T) {
 	require.ErrorContains(t, err, "HYBOX_INSECURE")
 }
 
+// allowed_host_paths is one setting for every tier; the old [oci] spelling
+// is still read and added to it; HYBOX_ALLOWED_HOST_PATHS replaces the
+// top-level list.
+func TestLoadConfigAllowedHostPaths(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "hybox.toml")
+	require.NoError(t, os.WriteFile(path, []byte("allowed_host_paths = [\"/srv/a\"]\n[oci]\nallowed_host_paths = [\"/srv/old\"]\n"), 0o600))
+	c, err := loadConfig(path, func(string) string { return "" })
+	require.NoError(t, err)
+	assert.Equal(t, []string{"/srv/a", "/srv/old"}, c.AllowedHostPaths)
+	c, err = loadConfig(path, func(k string) string {
+		return map[string]string{"HYBOX_ALLOWED_HOST_PATHS": "/env/a,/env/b"}[k]
+	})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"/env/a", "/env/b", "/srv/old"}, c.AllowedHostPaths)
+}
+
 // TestKill9RestartContainers: containers keep running under containerd's
 // shims when the server is killed, and a new server re-attaches them, under
 // runc and under gVisor.

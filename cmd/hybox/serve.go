@@ -177,6 +177,7 @@ func serve(ctx context.Context, cfg *config) error {
 	start := time.Now()
 	wrt, stopGuests, err := wasm.Setup(ctx, wasm.SetupOptions{
 		Engine: eng, PythonPool: cfg.Wasm.PythonPool, DefaultMemoryBytes: defMem, OutputLimitBytes: outLimit,
+		AllowedHostPaths: cfg.AllowedHostPaths,
 		Exec: execd.Options{
 			Limiter:          execd.NewLimiter(cfg.Wasm.MaxConcurrent, cfg.Wasm.QueueWait.Duration),
 			ExecTimeout:      cfg.Wasm.ExecTimeout.Duration,
@@ -265,7 +266,7 @@ func startOCI(ctx context.Context, cfg *config, log *slog.Logger) (*oci.Containe
 		RuncBinary: cfg.OCI.RuncBinary, RunscBinary: cfg.OCI.RunscBinary, RunscPlatform: cfg.OCI.RunscPlatform,
 		CNIPluginDir: cfg.OCI.CNIPluginDir, Subnet: cfg.OCI.Subnet,
 		StateDir: filepath.Join(cfg.DataDir, "oci"), DefaultMemoryBytes: mem, Logger: log,
-		AllowedHostPaths: cfg.OCI.AllowedHostPaths,
+		AllowedHostPaths: cfg.AllowedHostPaths,
 	})
 }
 

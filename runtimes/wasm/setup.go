@@ -29,6 +29,8 @@ type SetupOptions struct {
 	ImageDir string
 	// SaveDelay: see Options.SaveDelay.
 	SaveDelay time.Duration
+	// AllowedHostPaths: see Options.AllowedHostPaths.
+	AllowedHostPaths []string
 }
 
 // Setup starts the Python and JavaScript guests on eng and returns the
@@ -79,7 +81,8 @@ func Setup(ctx context.Context, o SetupOptions) (*Runtime, func() error, error) 
 	if o.Exec.OutputLimitBytes == 0 {
 		o.Exec.OutputLimitBytes = o.OutputLimitBytes
 	}
-	rt, err := New(Options{Python: py, JavaScript: js, Exec: o.Exec, DefaultMemoryBytes: o.DefaultMemoryBytes, SaveDelay: o.SaveDelay})
+	rt, err := New(Options{Python: py, JavaScript: js, Exec: o.Exec, DefaultMemoryBytes: o.DefaultMemoryBytes, SaveDelay: o.SaveDelay,
+		AllowedHostPaths: o.AllowedHostPaths})
 	if err != nil {
 		_ = py.Close()
 		_ = js.Close()

@@ -27,8 +27,11 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -551,8 +554,13 @@ func (r *Runtime) Fork(ctx context.Context, src runtimes.Sandbox, spec runtimes.
 }
 
 // copyTree copies the directories, regular files and symbolic links of
-// src to dst (created).
+// src to dst (created). A volume mounted in src is left out: its mount
+// point is copied as an empty directory.
 func copyTree(dst, src string) error {
+	skip, err := workspaceMounts(src)
+	if err != nil {
+		return err
+	}
 	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -565,7 +573,13 @@ func copyTree(dst, src string) error {
 			if err != nil {
 				return err
 			}
-			return os.MkdirAll(to, fi.Mode().Perm()|0o700)
+			if err := os.MkdirAll(to, fi.Mode().Perm()|0o700); err != nil {
+				return err
+			}
+			if skip[rel] && rel != "." {
+				return filepath.SkipDir
+			}
+			return nil
 		case d.Type()&fs.ModeSymlink != 0:
 			target, err := os.Readlink(p)
 			if err != nil {
@@ -615,19 +629,43 @@ func (s *Sandbox) snapshotWorkspace() error {
 	return nil
 }
 
-// resetWorkspace puts the workspace back as snapshotWorkspace saw it.
+// resetWorkspace puts the workspace back as snapshotWorkspace saw it; the
+// volumes mounted in it are shared storage and keep what they hold.
 func (s *Sandbox) resetWorkspace() error {
 	ws := filepath.Join(s.dir, "fs")
-	ents, err := os.ReadDir(ws)
+	keep, err := workspaceMounts(ws)
+	if err != nil {
+		return err
+	}
+	if err := clearExcept(ws, ".", keep); err != nil {
+		return err
+	}
+	return copyTree(ws, filepath.Join(s.stateDir(), "workspace"))
+}
+
+// clearExcept removes everything in the directory rel of root but the
+// mount points in keep and the directories on the way to them.
+func clearExcept(root, rel string, keep map[string]bool) error {
+	ents, err := os.ReadDir(filepath.Join(root, rel))
 	if err != nil {
 		return err
 	}
 	for _, e := range ents {
-		if err := os.RemoveAll(filepath.Join(ws, e.Name())); err != nil {
+		p := filepath.Join(rel, e.Name())
+		if keep[p] {
+			continue
+		}
+		if e.IsDir() && slices.ContainsFunc(slices.Collect(maps.Keys(keep)), func(k string) bool { return strings.HasPrefix(k, p+"/") }) {
+			if err := clearExcept(root, p, keep); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(root, p)); err != nil {
 			return err
 		}
 	}
-	return copyTree(ws, filepath.Join(s.stateDir(), "workspace"))
+	return nil
 }
 
 // newKey returns a random name for a state file.

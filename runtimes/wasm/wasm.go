@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/hybox-dev/hybox/execd"
+	"github.com/hybox-dev/hybox/internal/mounts"
 	"github.com/hybox-dev/hybox/runtimes"
 	"github.com/hybox-dev/hybox/runtimes/wasm/engine"
 	"github.com/hybox-dev/hybox/runtimes/wasm/wsh"
@@ -57,6 +58,9 @@ type Options struct {
 	// MaxMemoryBytes caps what a sandbox may ask for (default 4 GiB, the
 	// wasm32 limit).
 	MaxMemoryBytes int64
+	// AllowedHostPaths are the host directories under which host volumes
+	// may lie (named volumes are the server's and need none).
+	AllowedHostPaths []string
 	// SaveDelay is how long a context stays idle after an execution
 	// before its state is written to the sandbox's directory (default
 	// 100 ms; see state.go).
@@ -121,8 +125,8 @@ func (r *Runtime) Validate(spec runtimes.Spec) error {
 		return fmt.Errorf("%w: extensions[%q] = %q is not known (%q: every code execution starts from a fresh interpreter; %q: and the workspace is put back after each)",
 			runtimes.ErrInvalid, ExtensionIsolation, v, IsolationPerCall, IsolationPerCallWorkspace)
 	}
-	if len(spec.Volumes) > 0 {
-		return fmt.Errorf("%w: volumes (host or pvc) cannot be mounted into a wasm sandbox yet; create the sandbox with extensions {\"hybox.io/runtime\":\"runc\"}", runtimes.ErrNotSupported)
+	if err := r.checkVolumes(spec.Volumes); err != nil {
+		return err
 	}
 	if img := spec.Image; strings.HasPrefix(img, "wasm://") {
 		switch strings.TrimPrefix(img, "wasm://") {
@@ -160,13 +164,14 @@ func (r *Runtime) Restore(ctx context.Context, spec runtimes.Spec) (runtimes.San
 	return r.open(spec)
 }
 
-// Destroy removes the workspace and the saved state of its contexts.
+// Destroy detaches the volumes and removes the workspace and the saved
+// state of its contexts.
 func (r *Runtime) Destroy(ctx context.Context, spec runtimes.Spec) error {
 	unlockSystemFiles(fsDir(spec))
-	if err := os.RemoveAll(fsDir(spec)); err != nil {
+	if err := mounts.RemoveAll(fsDir(spec)); err != nil {
 		return fmt.Errorf("remove workspace: %w", err)
 	}
-	if err := os.RemoveAll(filepath.Join(spec.Dir, "state")); err != nil {
+	if err := mounts.RemoveAll(filepath.Join(spec.Dir, "state")); err != nil {
 		return fmt.Errorf("remove saved state: %w", err)
 	}
 	return nil
@@ -176,6 +181,10 @@ func (r *Runtime) open(spec runtimes.Spec) (*Sandbox, error) {
 	root, err := os.OpenRoot(fsDir(spec))
 	if err != nil {
 		return nil, fmt.Errorf("open workspace: %w", err)
+	}
+	if err := r.mountVolumes(root, spec); err != nil {
+		root.Close()
+		return nil, err
 	}
 	mem := spec.MemoryBytes
 	if mem <= 0 {
@@ -331,7 +340,8 @@ func (s *Sandbox) Resume(ctx context.Context) error {
 }
 
 // Close writes out the state of contexts that ran since their last save,
-// stops everything running and closes the workspace root.
+// stops everything running, detaches the volumes and closes the workspace
+// root.
 func (s *Sandbox) Close(ctx context.Context) error {
 	s.mu.Lock()
 	s.closing = true
@@ -345,7 +355,17 @@ func (s *Sandbox) Close(ctx context.Context) error {
 	if h != nil {
 		h.Close()
 	}
-	return s.root.Close()
+	// The volumes leave with the server: nothing of theirs stays mounted
+	// in a data directory nobody serves (Restore mounts them again).
+	var errs []error
+	if mps, err := mounts.Under(filepath.Join(s.dir, "fs")); err != nil {
+		errs = append(errs, err)
+	} else {
+		for _, mp := range mps {
+			errs = append(errs, mounts.Detach(mp))
+		}
+	}
+	return errors.Join(append(errs, s.root.Close())...)
 }
 
 // Discard tells a sandbox about to be destroyed that Close need not save

@@ -30,6 +30,7 @@ import (
 	"io/fs"
 	"net/http"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/hybox-dev/hybox/sdks/go/api"
@@ -275,7 +276,8 @@ func HTTP(err error) (int, api.Error) {
 			code, kind = api.ErrorCodeFILENOTFOUND, ErrNotFound
 		case errors.Is(err, fs.ErrExist):
 			code, kind = api.ErrorCodeFILEEXISTS, ErrConflict
-		case errors.Is(err, fs.ErrPermission):
+		case errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.EROFS):
+			// A read-only mount (a read-only volume) refuses like a mode.
 			code, kind = api.ErrorCodePERMISSIONDENIED, ErrForbidden
 		case errors.Is(err, context.DeadlineExceeded):
 			code, kind = api.ErrorCodeTIMEOUT, ErrTimeout
