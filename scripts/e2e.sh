@@ -148,6 +148,13 @@ cleanup() {
 		fi
 		scripts/containers/containerd.sh stop "$data" || true
 	fi
+	# A stopped server leaves no volume mounted in its data directory.
+	left=$(awk -v d="$data/" 'index($5, d) == 1 { print $5 }' /proc/self/mountinfo | sort -r)
+	if [ -n "$left" ]; then
+		say "mounts left in the data directory (detaching them): $(echo $left)"
+		for m in $left; do umount -l "$m" || true; done
+		[ "$rc" = 0 ] && rc=1
+	fi
 	if [ "$rc" != 0 ] || [ "$keep_logs" = yes ]; then
 		mkdir -p "$logdir"
 		cp "$log" "$logdir/server.log" 2>/dev/null || true
@@ -178,7 +185,19 @@ if [ "$want_containers" = yes ]; then
 	[ -n "$gvisor" ] && flags+=(--runsc-binary "$gvisor/runsc")
 fi
 
-HYBOX_VAULT_KEY=$vault_key ./bin/hybox serve --addr "127.0.0.1:$port" --data-dir "$data" --api-key "$key" \
+# A host directory the suites mount as a volume (every tier); wasm volumes are
+# bind mounts, so only a server running as root can give them.
+host_dir=""
+if [ "$(id -u)" = 0 ]; then
+	host_dir=$data/host-volume
+	mkdir -p "$host_dir"
+	chmod 0777 "$host_dir"
+else
+	say "not root: the volume tests are skipped (wasm volumes are bind mounts)"
+fi
+export HYBOX_E2E_HOST_DIR=$host_dir
+
+HYBOX_ALLOWED_HOST_PATHS=$host_dir HYBOX_VAULT_KEY=$vault_key ./bin/hybox serve --addr "127.0.0.1:$port" --data-dir "$data" --api-key "$key" \
 	--guest-dir "${HYBOX_GUEST_DIR:-build/guests}" --execd-binary "$repo/bin/hybox-execd" \
 	"${flags[@]}" >"$log" 2>&1 &
 pid=$!

@@ -6,6 +6,8 @@
 //   OPEN_SANDBOX_API_KEY  API key the server accepts
 //   HYBOX_E2E_IMAGE       image of the sandboxes under test (default wasm://default)
 //   HYBOX_E2E_RUNTIME     when set, sent as extensions["hybox.io/runtime"] (runc, runsc, ...)
+//   HYBOX_E2E_HOST_DIR    a host directory the server allows as a volume (unset: the
+//                         volume test is skipped and says why)
 //
 // The same tests run against wasm and container sandboxes; only what is
 // wasm-specific differs (sys.platform, the code-interpreter image routing).
@@ -19,6 +21,7 @@
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
+import { readFileSync } from "node:fs";
 
 import {
   ConnectionConfig,
@@ -40,6 +43,7 @@ const PLATFORM = WASM ? "wasi" : "linux";
 const PASS = RUNTIME ? `${IMAGE} on ${RUNTIME}` : IMAGE;
 const EXTENSIONS = RUNTIME ? { "hybox.io/runtime": RUNTIME } : {};
 
+const HOST_DIR = process.env.HYBOX_E2E_HOST_DIR ?? "";
 const EXECD_PORT = 44772;
 const RUN_ID = randomUUID();
 const UUID_V4 = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
@@ -403,6 +407,38 @@ describe(`hybox through the OpenSandbox JS SDK (${PASS})`, () => {
     const lifetime = (info.expiresAt.getTime() - info.createdAt.getTime()) / 1000;
     assert.ok(lifetime > 250, `expiresAt is ${lifetime}s after createdAt, want about 300s`);
     await s.kill();
+  });
+
+  it("mounts host and named volumes (readOnly, shared by two sandboxes)", {
+    skip: HOST_DIR ? false : "HYBOX_E2E_HOST_DIR is not set: the server allows no host volume (scripts/e2e.sh sets it when it runs as root)",
+  }, async () => {
+    const claim = `e2e-js-${RUN_ID.slice(0, 8)}`;
+    const name = `js-${RUN_ID.slice(0, 8)}.txt`;
+    const meta = { suite: "hybox-e2e-js", run: `${RUN_ID}-volumes`, role: "volumes" };
+    const a = await Sandbox.create({
+      connectionConfig: connection(), image: IMAGE, extensions: EXTENSIONS, metadata: meta, timeoutSeconds: 300,
+      volumes: [
+        { name: "logs", host: { path: HOST_DIR }, mountPath: "/mnt/logs" },
+        { name: "ro", host: { path: HOST_DIR }, mountPath: "/mnt/ro", readOnly: true },
+        { name: "shared", pvc: { claimName: claim, deleteOnSandboxTermination: true }, mountPath: "/data" },
+      ],
+    });
+    created.push(a);
+    const b = await Sandbox.create({
+      connectionConfig: connection(), image: IMAGE, extensions: EXTENSIONS, metadata: meta, timeoutSeconds: 300,
+      volumes: [{ name: "shared", pvc: { claimName: claim }, mountPath: "/shared" }],
+    });
+    created.push(b);
+    const w = await a.commands.run(`echo from-a > /mnt/logs/${name} && echo pvc > /data/p.txt`);
+    assert.equal(w.exitCode ?? 0, 0, JSON.stringify(w.logs));
+    assert.equal(readFileSync(`${HOST_DIR}/${name}`, "utf8"), "from-a\n", "the write reached the host directory");
+    assert.equal(await a.files.readFile(`/mnt/ro/${name}`), "from-a\n", "the files API reads the read-only mount");
+    const ro = await a.commands.run(`echo no > /mnt/ro/no-${name}`);
+    assert.notEqual(ro.exitCode ?? (ro.error ? 1 : 0), 0, "a read-only volume refuses writes");
+    const cat = await b.commands.run("cat /shared/p.txt");
+    assert.equal(stdoutText(cat).trim(), "pvc", "the second sandbox sees the named volume");
+    await b.kill();
+    await a.kill();
   });
 
   it("routes opensandbox/code-interpreter images to wasm", {

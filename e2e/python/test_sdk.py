@@ -6,6 +6,8 @@ Env:
     OPEN_SANDBOX_API_KEY  API key the server accepts
     HYBOX_E2E_IMAGE       image of the sandboxes under test (default wasm://default)
     HYBOX_E2E_RUNTIME     when set, sent as extensions["hybox.io/runtime"] (runc, runsc, ...)
+    HYBOX_E2E_HOST_DIR    a host directory the server allows as a volume (unset: the
+                          volume test is skipped and says why)
 
 The same tests run against wasm and container sandboxes; only what is
 wasm-specific differs (sys.platform, the code-interpreter image routing).
@@ -44,7 +46,10 @@ from opensandbox.models.sandboxes import (
     InlineCredentialSource,
     NetworkPolicy,
     NetworkRule,
+    PVC,
+    Host,
     SandboxFilter,
+    Volume,
 )
 
 BASE_URL = os.environ.get("HYBOX_E2E_URL", "").rstrip("/")
@@ -55,6 +60,7 @@ WASM = RUNTIME.lower() == "wasm" if RUNTIME else IMAGE.startswith("wasm://")
 PLATFORM = "wasi" if WASM else "linux"
 PASS = f"{IMAGE} on {RUNTIME}" if RUNTIME else IMAGE
 EXTENSIONS = {"hybox.io/runtime": RUNTIME} if RUNTIME else None
+HOST_DIR = os.environ.get("HYBOX_E2E_HOST_DIR", "")
 RUN_ID = str(uuid.uuid4())
 WORK_DIR = f"/tmp/hybox-e2e-py-{RUN_ID[:8]}"
 UUID_V4 = re.compile(
@@ -394,6 +400,45 @@ def test_renew_on_access():
     finally:
         sbx.kill()
         sbx.close()
+
+
+@pytest.mark.skipif(
+    not HOST_DIR,
+    reason="HYBOX_E2E_HOST_DIR is not set: the server allows no host volume (scripts/e2e.sh sets it when it runs as root)",
+)
+def test_volumes():
+    claim = f"e2e-py-{RUN_ID[:8]}"
+    name = f"py-{RUN_ID[:8]}.txt"
+    meta = {"suite": "hybox-e2e-py", "run": RUN_ID + "-volumes", "role": "volumes"}
+
+    def make(volumes):
+        return SandboxSync.create(
+            IMAGE, connection_config=connection(), extensions=EXTENSIONS,
+            metadata=meta, timeout=timedelta(minutes=5), volumes=volumes,
+        )
+
+    a = make([
+        Volume(name="logs", host=Host(path=HOST_DIR), mount_path="/mnt/logs"),
+        Volume(name="ro", host=Host(path=HOST_DIR), mount_path="/mnt/ro", read_only=True),
+        Volume(name="shared", pvc=PVC(claim_name=claim, delete_on_sandbox_termination=True), mount_path="/data"),
+    ])
+    try:
+        b = make([Volume(name="shared", pvc=PVC(claim_name=claim), mount_path="/shared")])
+        try:
+            w = command(a, f"echo from-a > /mnt/logs/{name} && echo pvc > /data/p.txt")
+            assert w.error is None, w.logs
+            with open(os.path.join(HOST_DIR, name)) as f:
+                assert f.read() == "from-a\n", "the write reached the host directory"
+            assert a.files.read_file(f"/mnt/ro/{name}") == "from-a\n"
+            ro = command(a, f"echo no > /mnt/ro/no-{name}")
+            assert ro.error is not None or ro.exit_code != 0, "a read-only volume refuses writes"
+            assert stdout_text(command(b, "cat /shared/p.txt")).strip() == "pvc"
+        finally:
+            b.kill()
+            b.close()
+    finally:
+        a.kill()
+        a.close()
 
 
 def test_code_interpreter_strict_health_check(sandbox):
