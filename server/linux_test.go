@@ -83,6 +83,25 @@ func TestWasmUsers(t *testing.T) {
 		assert.Equal(t, http.StatusNotFound, st)
 	}
 
+	// What the sandbox's programs create is its user's, as `id` says: the
+	// shell's, Python's and JavaScript's files, directories and links.
+	if os.Geteuid() == 0 {
+		o := h.command(sb.ID, "mkdir -p /workspace/sh/a/b && echo x > /workspace/sh/f && ln -s f /workspace/sh/l && cp /workspace/sh/f /workspace/sh/g && ls -l /workspace/sh/f")
+		require.Nil(t, o.err, "%+v", o)
+		assert.Contains(t, strings.Join(o.stdout, ""), " user user ", "ls -l names the user")
+		h.code(sb.ID, "python", "import os\nos.makedirs('/workspace/py/d')\nopen('/workspace/py/f', 'w').write('x')\nos.symlink('f', '/workspace/py/l')")
+		h.code(sb.ID, "javascript", "const fs = require('fs'); fs.mkdirSync('/workspace/js/d', {recursive: true}); fs.writeFileSync('/workspace/js/f', 'x'); fs.copyFileSync('/workspace/js/f', '/workspace/js/g')")
+		for _, p := range []string{"/workspace/sh", "/workspace/sh/a", "/workspace/sh/a/b", "/workspace/sh/f", "/workspace/sh/l", "/workspace/sh/g",
+			"/workspace/py/d", "/workspace/py/f", "/workspace/py/l", "/workspace/js", "/workspace/js/d", "/workspace/js/f", "/workspace/js/g"} {
+			fi := info(p)
+			assert.Equal(t, []string{"user", "user"}, []string{fi.Owner, fi.Group}, p)
+		}
+		// An existing file someone else owns stays theirs when written.
+		o = h.command(sb.ID, "echo more >> /workspace/root.txt")
+		require.Nil(t, o.err, "%+v", o)
+		assert.Equal(t, "root", info("/workspace/root.txt").Owner)
+	}
+
 	o := h.command(sb.ID, "id -u nobody; whoami; hostname; . /etc/os-release; echo $ID")
 	require.Nil(t, o.err)
 	assert.Equal(t, []string{"65534", "user", "agent-box", "hybox"}, o.stdout)

@@ -27,6 +27,7 @@ import (
 	"github.com/hybox-dev/hybox/internal/mounts"
 	"github.com/hybox-dev/hybox/runtimes"
 	"github.com/hybox-dev/hybox/runtimes/wasm/engine"
+	"github.com/hybox-dev/hybox/runtimes/wasm/wasmfs"
 	"github.com/hybox-dev/hybox/runtimes/wasm/wsh"
 	"github.com/hybox-dev/hybox/sdks/go/api"
 	"github.com/hybox-dev/hybox/sdks/go/errdefs"
@@ -152,6 +153,10 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Sand
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			return nil, fmt.Errorf("workspace: %w", err)
 		}
+	}
+	if os.Geteuid() == 0 {
+		// The user's home is the user's, as on any Linux box.
+		_ = os.Chown(filepath.Join(dir, "home", "user"), wasmfs.GuestUID, wasmfs.GuestGID)
 	}
 	return r.open(spec)
 }

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"unicode/utf8"
 
+	"github.com/hybox-dev/hybox/runtimes/wasm/wasmfs"
 	"github.com/tetratelabs/wazero/api"
 )
 
@@ -270,7 +271,7 @@ func (v *vm) fsOp(args []uint32) uint32 {
 	if v.root == nil {
 		return v.throw("Error", "ENOSYS", "ENOSYS: no filesystem, "+op+" '"+p+"'")
 	}
-	r := v.root
+	r := wasmfs.GuestRoot{Root: v.root} // what it creates is the sandbox user's
 	name := v.resolve(p)
 	if sc := systemSyscall(op, name, func() string { return v.resolve(a) }); sc != "" {
 		return v.throw("Error", "EROFS", "EROFS: read-only file system, "+sc+" '"+p+"'", "syscall", sc, "path", p)

@@ -76,9 +76,13 @@ func (r *rootFS) OpenFile(path string, flag experimentalsys.Oflag, perm fs.FileM
 			return nil, experimentalsys.ELOOP
 		}
 	}
+	fresh := flag&experimentalsys.O_CREAT != 0 && !exists(r.root, name)
 	f, err := r.root.OpenFile(name, toOSFlag(flag), perm&fs.ModePerm)
 	if err != nil {
 		return nil, toErrno(err)
+	}
+	if fresh {
+		ownFile(f) // the guest made it: its user's, as `id` says
 	}
 	return newFile(f, flag), 0
 }
@@ -140,6 +144,9 @@ func (r *rootFS) Mkdir(path string, perm fs.FileMode) experimentalsys.Errno {
 		return experimentalsys.EROFS
 	}
 	errno := toErrno(r.root.Mkdir(relPath(path), perm&fs.ModePerm))
+	if errno == 0 {
+		own(r.root, relPath(path))
+	}
 	if errno == experimentalsys.ENOTDIR {
 		// Same convention as wazero's own DirFS: a parent that is a file
 		// reads as a missing directory.
@@ -242,7 +249,11 @@ func (r *rootFS) Symlink(oldPath, linkName string) experimentalsys.Errno {
 	if oldPath == "" {
 		return experimentalsys.ENOENT
 	}
-	return toErrno(r.root.Symlink(oldPath, relPath(linkName)))
+	if err := r.root.Symlink(oldPath, relPath(linkName)); err != nil {
+		return toErrno(err)
+	}
+	own(r.root, relPath(linkName))
+	return 0
 }
 
 // Readlink implements experimentalsys.FS.

@@ -7,13 +7,15 @@ import (
 	"io"
 	"strconv"
 	"strings"
+
+	"github.com/hybox-dev/hybox/runtimes/wasm/wasmfs"
 )
 
 // The shell's programs run as uid 1000 and gid 1000 (named by the sandbox's
 // /etc/passwd and /etc/group: user).
 const (
-	shellUID = 1000
-	shellGID = 1000
+	shellUID = wasmfs.GuestUID
+	shellGID = wasmfs.GuestGID
 )
 
 // maxUserDB caps how much of /etc/passwd or /etc/group is read.

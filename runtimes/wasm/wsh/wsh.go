@@ -26,6 +26,7 @@ import (
 	"mvdan.cc/sh/v3/syntax"
 
 	"github.com/hybox-dev/hybox/runtimes/wasm/engine"
+	"github.com/hybox-dev/hybox/runtimes/wasm/wasmfs"
 )
 
 // Exit statuses reported when the context stops a script.
@@ -88,7 +89,7 @@ func (o Options) Validate() error {
 
 // shell is the configuration shared by every runner of one Run or Session.
 type shell struct {
-	root sysRoot // opts.Root, /etc read-only
+	root wasmfs.GuestRoot // opts.Root: /etc read-only, new files the user's
 	opts Options
 }
 
@@ -109,7 +110,7 @@ func Run(ctx context.Context, opts Options, src, cwd string, env map[string]stri
 	if err := opts.Validate(); err != nil {
 		return 1, err
 	}
-	sh := &shell{root: sysRoot{opts.Root}, opts: opts}
+	sh := &shell{root: wasmfs.GuestRoot{Root: opts.Root}, opts: opts}
 	stdout, stderr = lockWriters(stdout, stderr)
 	if stdin != nil {
 		if _, ok := stdin.(*os.File); !ok {
@@ -309,7 +310,7 @@ func NewSession(opts Options, cwd string, env map[string]string) (*Session, erro
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	sh := &shell{root: sysRoot{opts.Root}, opts: opts}
+	sh := &shell{root: wasmfs.GuestRoot{Root: opts.Root}, opts: opts}
 	r, err := sh.newRunner(cwd, sh.baseEnv(env), nil, io.Discard, io.Discard)
 	if err != nil {
 		return nil, err
