@@ -79,7 +79,7 @@ func newHarness(t testing.TB, dataDir string, ho harnessOpts) *harness {
 	ctx := context.Background()
 	eo := execd.Options{ExecTimeout: ho.execTimeout, OutputLimitBytes: ho.outputLimit, Limiter: ho.limiter,
 		TypeScript: typescript.Transpiler{}}
-	rt, stop, err := wasm.Setup(ctx, wasm.SetupOptions{Engine: wasmtest.Engine(t), PythonPool: 2,
+	rt, stop, err := wasm.Setup(ctx, wasm.SetupOptions{Engine: wasmtest.Engine(t), PythonPool: 2, PythonReady: 2,
 		DefaultMemoryBytes: ho.memory, OutputLimitBytes: ho.outputLimit, Exec: eo, AllowedHostPaths: ho.allowedHostPaths})
 	require.NoError(t, err)
 	rts := []runtimes.Runtime{rt}

@@ -125,6 +125,7 @@ type ociConfig struct {
 type wasmConfig struct {
 	GuestDir      string   `toml:"guest_dir"`
 	PythonPool    int      `toml:"python_pool"`
+	PythonReady   int      `toml:"python_ready"`
 	DefaultMemory string   `toml:"default_memory"`
 	ExecTimeout   duration `toml:"exec_timeout"`
 	OutputLimit   string   `toml:"output_limit"`

@@ -176,7 +176,7 @@ func serve(ctx context.Context, cfg *config) error {
 	}
 	start := time.Now()
 	wrt, stopGuests, err := wasm.Setup(ctx, wasm.SetupOptions{
-		Engine: eng, PythonPool: cfg.Wasm.PythonPool, DefaultMemoryBytes: defMem, OutputLimitBytes: outLimit,
+		Engine: eng, PythonPool: cfg.Wasm.PythonPool, PythonReady: cfg.Wasm.PythonReady, DefaultMemoryBytes: defMem, OutputLimitBytes: outLimit,
 		AllowedHostPaths: cfg.AllowedHostPaths,
 		Exec: execd.Options{
 			Limiter:          execd.NewLimiter(cfg.Wasm.MaxConcurrent, cfg.Wasm.QueueWait.Duration),

@@ -9,10 +9,13 @@
 # until the cell ends without risking the driver itself.
 #
 # Requests (host -> guest, fd 0): "<kind> <decimal byte length>\n<payload>".
-#   init: payload {"cwd": "/dir", "env": {"HOME": "/dir"}, "clone": bool, "restored": bool}
+#   init: payload {"cwd": "/dir", "env": {"HOME": "/dir"}, "clone": bool, "restored": bool,
+#         "warm": bool}
 #         (JSON; clone: reseed and drop caches copied from an image; restored:
 #         the context was restored into a new instance, its open files are
-#         gone); no reply
+#         gone; warm: run one hidden cell now, and remove its traces, so that
+#         the first real cell finds built what a first cell builds lazily);
+#         no reply (a warm-up's result frame may come first)
 #   exec: payload is the cell's source (UTF-8); reply: frames, then done
 #
 # Replies (guest -> host, fd 1): MAGIC + one line of ASCII JSON + "\n".
@@ -325,11 +328,12 @@ class _Kernel:
                 os.chdir(cwd)
             except OSError as e:
                 print("hybox: cannot change directory to %r: %s" % (cwd, e), file=sys.stderr)
+            # The finder of the working directory (sys.path[0] == "") was
+            # made for the old one.
+            sys.path_importer_cache.pop("", None)
         if req.get("clone"):
             # A context cloned from a memory image shares the image's
-            # random state, and the image's finder for the working
-            # directory (sys.path[0] == ""): give it its own.
-            sys.path_importer_cache.pop("", None)
+            # random state: give it its own.
             rnd = sys.modules.get("random")
             if rnd is not None:
                 rnd.seed()
@@ -345,6 +349,9 @@ class _Kernel:
                         obj.close()
                     except OSError:
                         pass
+
+        if req.get("warm"):
+            _warm_up(self)
 
     def on_sigint(self, signum, frame):
         if self.running:
@@ -479,6 +486,16 @@ def _main():
 _reactor = None
 
 
+def _warm_up(kernel):
+    """Run one cell and remove its traces (count, _, its source)."""
+    count = kernel.count
+    kernel.run("1+1")
+    _flush_user_streams()
+    linecache.cache.pop("<cell-%d>" % kernel.count, None)
+    kernel.count = count
+    kernel.ns.pop("_", None)
+
+
 def reactor_init():
     global _reactor
     _reactor = (_Kernel(), _Requests(0))
@@ -487,12 +504,7 @@ def reactor_init():
     # Run one cell now, so that what the first cell of every clone would
     # build lazily (parser, compiler and encoder state, caches) is in the
     # image already; its output goes to the image's own stdout.
-    kernel = _reactor[0]
-    kernel.run("1+1")
-    _flush_user_streams()
-    kernel.count = 0
-    kernel.ns.pop("_", None)
-    linecache.cache.pop("<cell-1>", None)
+    _warm_up(_reactor[0])
     # What start-up built is shared by every clone of the image: keep the
     # collector off it, or a collection would write to (and so copy) every
     # page that holds a tracked object.

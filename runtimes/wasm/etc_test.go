@@ -48,7 +48,7 @@ func run(t *testing.T, be execd.Executor, language, code string) string {
 // JavaScript read the same files, none of them can change them, and a
 // restore writes again those that changed.
 func TestLooksLikeLinux(t *testing.T) {
-	rt, stop, err := wasm.Setup(context.Background(), wasm.SetupOptions{Engine: wasmtest.Engine(t), PythonPool: 1})
+	rt, stop, err := wasm.Setup(context.Background(), wasm.SetupOptions{Engine: wasmtest.Engine(t), PythonPool: 1, PythonReady: 2})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = stop() })
 	spec := runtimes.Spec{ID: "sbx-linux", Image: "wasm://default", Dir: t.TempDir(), MemoryBytes: 64 << 20}

@@ -20,6 +20,7 @@ type SetupOptions struct {
 	// (engine.PythonManifest in the engine's guest directory) is present.
 	NPMPython          bool
 	PythonPool         int           // pre-initialised interpreters of the npm build (0 = pyguest default)
+	PythonReady        int           // warmed clones of the source build kept ready (0 = pyguest default, negative = none)
 	DefaultMemoryBytes int64         // per guest instance when a sandbox asks for none
 	OutputLimitBytes   int64         // per execution
 	Exec               execd.Options // execd settings shared by every sandbox
@@ -50,7 +51,7 @@ func Setup(ctx context.Context, o SetupOptions) (*Runtime, func() error, error) 
 	if o.ImageDir == "" && o.Engine.CacheDir() != "" {
 		o.ImageDir = filepath.Join(o.Engine.CacheDir(), "images")
 	}
-	pyOpts := pyguest.Options{Engine: o.Engine, PoolSize: o.PythonPool,
+	pyOpts := pyguest.Options{Engine: o.Engine, PoolSize: o.PythonPool, ReadyClones: o.PythonReady,
 		MemoryLimitBytes: o.DefaultMemoryBytes, OutputLimitBytes: o.OutputLimitBytes, ImageDir: o.ImageDir}
 	var py *pyguest.Manager
 	var pyNote string

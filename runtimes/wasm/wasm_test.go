@@ -20,7 +20,7 @@ import (
 )
 
 func TestConformance(t *testing.T) {
-	rt, stop, err := wasm.Setup(context.Background(), wasm.SetupOptions{Engine: wasmtest.Engine(t), PythonPool: 2})
+	rt, stop, err := wasm.Setup(context.Background(), wasm.SetupOptions{Engine: wasmtest.Engine(t), PythonPool: 2, PythonReady: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func (r *recorder) Result(map[string]string) {}
 func TestEgress(t *testing.T) {
 	srv := egresstest.NewServer(t)
 	ping := srv.URL + "/ping"
-	rt, stop, err := wasm.Setup(context.Background(), wasm.SetupOptions{Engine: wasmtest.Engine(t), PythonPool: 1})
+	rt, stop, err := wasm.Setup(context.Background(), wasm.SetupOptions{Engine: wasmtest.Engine(t), PythonPool: 1, PythonReady: 2})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = stop() })
 

@@ -42,7 +42,7 @@ type Server struct {
 func New(tb testing.TB) *Server {
 	tb.Helper()
 	ctx := context.Background()
-	rt, stop, err := wasm.Setup(ctx, wasm.SetupOptions{Engine: wasmtest.Engine(tb), PythonPool: 1})
+	rt, stop, err := wasm.Setup(ctx, wasm.SetupOptions{Engine: wasmtest.Engine(tb), PythonPool: 1, PythonReady: 2})
 	if err != nil {
 		tb.Fatalf("servertest: wasm backend: %v", err)
 	}

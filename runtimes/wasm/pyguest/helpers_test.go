@@ -69,6 +69,9 @@ func newNPMManager(t testing.TB, opts Options) *Manager {
 func startManager(t testing.TB, opts Options) *Manager {
 	t.Helper()
 	opts.Engine = wasmtest.Engine(t)
+	if opts.ReadyClones == 0 {
+		opts.ReadyClones = 2 // a few, so that tests use them; not the server's 32
+	}
 	m, err := NewManager(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)

@@ -48,6 +48,7 @@ const siteDir = "/.hybox/python"
 // Defaults applied by NewManager to zero Options fields.
 const (
 	DefaultPoolSize         = 2
+	DefaultReadyClones      = 32
 	DefaultMemoryLimitBytes = 256 << 20
 	DefaultOutputLimitBytes = 10 << 20
 )
@@ -65,6 +66,10 @@ type Options struct {
 	// PoolSize is how many started interpreters of the npm build are kept
 	// ready (default 2; negative means none). The source build needs none.
 	PoolSize int
+	// ReadyClones is how many contexts of the source build are kept cloned
+	// and warmed ahead (ready.go), so that a burst of new contexts finds
+	// them made (default 32, about 1 MiB each; negative means none).
+	ReadyClones int
 	// MemoryLimitBytes caps an interpreter's linear memory when the caller
 	// gives no limit (default 256 MiB).
 	MemoryLimitBytes int64
@@ -100,6 +105,12 @@ func (o Options) withDefaults() Options {
 	if o.PoolSize < 0 {
 		o.PoolSize = 0
 	}
+	if o.ReadyClones == 0 {
+		o.ReadyClones = DefaultReadyClones
+	}
+	if o.ReadyClones < 0 {
+		o.ReadyClones = 0
+	}
 	if o.MemoryLimitBytes == 0 {
 		o.MemoryLimitBytes = DefaultMemoryLimitBytes
 	}
@@ -123,12 +134,14 @@ type Manager struct {
 	seq    atomic.Uint64
 
 	mu     sync.Mutex
-	pool   []*instance
+	pool   []*instance  // the npm build's started interpreters
+	ready  []*rinstance // the source build's warmed clones
 	closed bool
 	full   chan struct{} // closed and replaced whenever the pool becomes full
 
-	refill chan struct{} // capacity 1: a pending refill request
-	wg     sync.WaitGroup
+	refill   chan struct{} // capacity 1: a pending refill request
+	lastTake atomic.Int64  // when the pool last gave something out (UnixNano)
+	wg       sync.WaitGroup
 }
 
 // NewManager compiles python.wasm (or takes it from the engine's cache) and
@@ -151,7 +164,7 @@ func NewManager(ctx context.Context, opts Options) (*Manager, error) {
 		if rx, err = newReactor(ctx, opts.Engine, *opts.Build, site); err != nil {
 			return nil, fmt.Errorf("pyguest: %w", err)
 		}
-		opts.PoolSize = 0
+		opts.PoolSize = opts.ReadyClones
 	} else if cm, err = opts.Engine.Compile(ctx, engine.Python); err != nil {
 		return nil, fmt.Errorf("pyguest: %w", err)
 	}
@@ -178,7 +191,6 @@ func NewManager(ctx context.Context, opts Options) (*Manager, error) {
 			cancel()
 			return nil, fmt.Errorf("pyguest: %w", err)
 		}
-		return m, nil
 	}
 	m.wg.Add(1)
 	go m.refillLoop()
@@ -229,7 +241,7 @@ func (m *Manager) refillLoop() {
 		}
 		for {
 			m.mu.Lock()
-			n, closed := len(m.pool), m.closed
+			n, closed := m.pooledLocked(), m.closed
 			if n >= m.opts.PoolSize {
 				close(m.full)
 				m.full = make(chan struct{})
@@ -238,30 +250,86 @@ func (m *Manager) refillLoop() {
 			if closed || n >= m.opts.PoolSize {
 				break
 			}
-			inst, err := m.start(m.base)
-			if err != nil {
+			if !m.waitQuiet() {
+				return
+			}
+			if err := m.addOne(); err != nil {
+				if errors.Is(err, ErrClosed) {
+					return
+				}
 				if m.base.Err() == nil {
 					m.log.Error("starting pooled python guest", "err", err)
 				}
 				break // the next claim kicks again
 			}
-			m.mu.Lock()
-			if m.closed {
-				m.mu.Unlock()
-				inst.kill(ErrClosed)
-				return
-			}
-			m.pool = append(m.pool, inst)
-			m.mu.Unlock()
 		}
 	}
+}
+
+// waitQuiet waits until refillDelay has passed since the pool last gave
+// something out, so that refilling does not take a core from a burst of
+// new contexts being served. It reports false when the Manager closes.
+func (m *Manager) waitQuiet() bool {
+	for {
+		wait := refillDelay - time.Since(time.Unix(0, m.lastTake.Load()))
+		if wait <= 0 {
+			return true
+		}
+		select {
+		case <-m.base.Done():
+			return false
+		case <-time.After(wait):
+		}
+	}
+}
+
+// pooledLocked counts what the pool holds (m.mu held).
+func (m *Manager) pooledLocked() int {
+	if m.rx != nil {
+		return len(m.ready)
+	}
+	return len(m.pool)
+}
+
+// addOne starts one interpreter (npm) or warms one clone (source build)
+// and adds it to the pool.
+//
+// # Errors
+// ErrClosed when the Manager closed meanwhile; the start's.
+func (m *Manager) addOne() error {
+	if m.rx != nil {
+		ri, err := m.warmClone(m.base)
+		if err != nil {
+			return err
+		}
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if m.closed {
+			ri.close(ErrClosed)
+			return ErrClosed
+		}
+		m.ready = append(m.ready, ri)
+		return nil
+	}
+	inst, err := m.start(m.base)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		inst.kill(ErrClosed)
+		return ErrClosed
+	}
+	m.pool = append(m.pool, inst)
+	return nil
 }
 
 // waitFull blocks until the pool is full (for tests and benchmarks).
 func (m *Manager) waitFull(ctx context.Context) error {
 	for {
 		m.mu.Lock()
-		n, ch := len(m.pool), m.full
+		n, ch := m.pooledLocked(), m.full
 		m.mu.Unlock()
 		if n >= m.opts.PoolSize {
 			return nil
@@ -291,6 +359,7 @@ func (m *Manager) take(ctx context.Context) (*instance, error) {
 			m.pool = m.pool[:n-1]
 		}
 		m.mu.Unlock()
+		m.lastTake.Store(time.Now().UnixNano())
 		m.kick()
 		if inst == nil {
 			return m.start(ctx)
@@ -385,12 +454,15 @@ func (m *Manager) Close() error {
 		return nil
 	}
 	m.closed = true
-	pool := m.pool
-	m.pool = nil
+	pool, ready := m.pool, m.ready
+	m.pool, m.ready = nil, nil
 	m.mu.Unlock()
 	m.cancel()
 	for _, inst := range pool {
 		inst.kill(ErrClosed)
+	}
+	for _, ri := range ready {
+		ri.close(ErrClosed)
 	}
 	m.wg.Wait()
 	if m.rx != nil {

@@ -263,6 +263,11 @@ type rinstance struct {
 	limit *engine.MemoryLimit
 	stdin *requestQueue
 
+	// sw is a ready clone's filesystem, bound when a sandbox takes it;
+	// nil for a clone made for its sandbox.
+	sw     *wasmfs.Switch
+	egress egressSlot // where its HTTP requests go; empty = no network
+
 	life   context.Context // cancelling it kills the guest
 	kill   context.CancelCauseFunc
 	wake   chan struct{} // capacity 1: an interrupt wakes a sleeping guest
@@ -280,8 +285,12 @@ func (r *reactor) clone(ctx context.Context, base context.Context, root experime
 	if err != nil {
 		return nil, err
 	}
+	if memLimit > 0 && uint64(memLimit) < img.Size() {
+		return nil, fmt.Errorf("pyguest: a memory limit of %d bytes is below the interpreter's %d", memLimit, img.Size())
+	}
 	ri := &rinstance{slots: sl, limit: &engine.MemoryLimit{}, stdin: &requestQueue{}, wake: make(chan struct{}, 1)}
 	ri.limit.Set(memLimit)
+	ri.egress.set(eg)
 	ri.life, ri.kill = context.WithCancelCause(base)
 	dm := &pydriver.Demuxer{
 		Stdout:   func(p []byte) { ri.output(p, false) },
@@ -291,7 +300,7 @@ func (r *reactor) clone(ctx context.Context, base context.Context, root experime
 	}
 	g := guestIO{
 		root:   root,
-		net:    &netFS{ctx: ri.life, egress: func() engine.Egress { return eg }},
+		net:    &netFS{ctx: ri.life, egress: ri.egress.get},
 		stdin:  ri.stdin,
 		stdout: dm,
 		stderr: writerFunc(func(p []byte) { ri.output(p, true) }),

@@ -60,9 +60,12 @@ func (it *reactorInterp) current(ctx context.Context) (*rinstance, error) {
 	if limit <= 0 {
 		limit = it.m.opts.MemoryLimitBytes
 	}
-	inst, err := it.m.rx.clone(ctx, it.m.base, wasmfs.New(it.root), it.egress, limit, it.m.opts.OutputLimitBytes)
-	if err != nil {
-		return nil, fmt.Errorf("pyguest: new context: %w", err)
+	inst := it.m.takeReady(it.root, limit, it.egress)
+	if inst == nil {
+		var err error
+		if inst, err = it.m.rx.clone(ctx, it.m.base, wasmfs.New(it.root), it.egress, limit, it.m.opts.OutputLimitBytes); err != nil {
+			return nil, fmt.Errorf("pyguest: new context: %w", err)
+		}
 	}
 	it.inst, it.fresh = inst, true
 	return inst, nil
@@ -86,7 +89,8 @@ func (it *reactorInterp) Run(ctx context.Context, code string, out execd.Output)
 	switch {
 	case it.fresh:
 		it.fresh, it.reseed = false, false
-		init, err := json.Marshal(map[string]any{"cwd": it.cwd, "env": map[string]string{"HOME": it.cwd}, "clone": true})
+		// A ready clone was reseeded when it was warmed.
+		init, err := json.Marshal(map[string]any{"cwd": it.cwd, "env": map[string]string{"HOME": it.cwd}, "clone": inst.sw == nil})
 		if err != nil {
 			it.mu.Unlock()
 			return nil, err
