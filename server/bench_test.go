@@ -45,13 +45,24 @@ type benchClient struct {
 	hc *http.Client
 }
 
-func newBenchClient(b *testing.B) *benchClient {
-	h := newHarness(&testing.T{}, b.TempDir(), harnessOpts{})
+func newBenchClient(b *testing.B) *benchClient { return newBenchClientWith(b, harnessOpts{}) }
+
+func newBenchClientWith(b *testing.B, ho harnessOpts) *benchClient {
+	h := newHarness(&testing.T{}, b.TempDir(), ho)
 	b.Cleanup(h.close)
 	return &benchClient{h: h, hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}}
 }
 
 func (c *benchClient) post(b *testing.B, path string, hdr map[string]string, body string) []byte {
+	out, err := c.tryPost(path, hdr, body)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return out
+}
+
+// tryPost is post for other goroutines than the benchmark's.
+func (c *benchClient) tryPost(path string, hdr map[string]string, body string) ([]byte, error) {
 	req, _ := http.NewRequest("POST", c.h.ts.URL+path, strings.NewReader(body))
 	req.Header.Set("OPEN-SANDBOX-API-KEY", testKey)
 	req.Header.Set("Content-Type", "application/json")
@@ -60,14 +71,14 @@ func (c *benchClient) post(b *testing.B, path string, hdr map[string]string, bod
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		b.Fatal(err)
+		return nil, err
 	}
 	defer resp.Body.Close()
 	out, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode >= 300 {
-		b.Fatalf("%s: %d %s", path, resp.StatusCode, out)
+		return nil, fmt.Errorf("%s: %d %s", path, resp.StatusCode, out)
 	}
-	return out
+	return out, nil
 }
 
 func (c *benchClient) create(b *testing.B) string {
@@ -115,6 +126,70 @@ func BenchmarkCreateToFirstPythonResult(b *testing.B) {
 		// Let the pool refill, as it would between real requests.
 		time.Sleep(time.Second)
 		b.StartTimer()
+	}
+	b.StopTimer()
+	lat.report(b)
+	for _, id := range ids {
+		c.delete(b, id)
+	}
+}
+
+// BenchmarkBurst50CreateToFirstPythonResult: 50 clients each create a
+// sandbox at once and run `1+1` in it; each latency runs from the burst's
+// start. The server keeps 50 ready Python clones (wasm.python_ready),
+// refilled between bursts; BenchmarkBurst50CreateToFirstPythonResultCold
+// keeps none.
+func BenchmarkBurst50CreateToFirstPythonResult(b *testing.B) { benchBurst50(b, 50) }
+
+func BenchmarkBurst50CreateToFirstPythonResultCold(b *testing.B) { benchBurst50(b, -1) }
+
+func benchBurst50(b *testing.B, ready int) {
+	const n = 50
+	c := newBenchClientWith(b, harnessOpts{pythonReady: ready})
+	c.code(b, c.create(b), "python", "1+1", "2")
+	var lat latencies
+	var ids []string
+	var mu sync.Mutex
+	for b.Loop() {
+		b.StopTimer()
+		time.Sleep(2 * time.Second) // the ready clones are made again
+		b.StartTimer()
+		start := time.Now()
+		errs := make(chan error, n)
+		var wg sync.WaitGroup
+		for range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				out, err := c.tryPost("/v1/sandboxes", nil, `{"image":{"uri":"wasm://default"},"timeout":3600}`)
+				if err != nil {
+					errs <- err
+					return
+				}
+				var sb api.Sandbox
+				if err := json.Unmarshal(out, &sb); err != nil {
+					errs <- err
+					return
+				}
+				out, err = c.tryPost("/v1/sandboxes/"+sb.ID+"/proxy/44772/code", nil, `{"context":{"language":"python"},"code":"1+1"}`)
+				if err == nil && !bytes.Contains(out, []byte(`"text":"2"`)) {
+					err = fmt.Errorf("unexpected stream: %s", out)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				lat = append(lat, time.Since(start))
+				ids = append(ids, sb.ID)
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			b.Fatal(err)
+		}
 	}
 	b.StopTimer()
 	lat.report(b)

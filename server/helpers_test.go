@@ -69,6 +69,7 @@ type harnessOpts struct {
 	pools    []api.CreatePoolRequest // pools of the configuration file
 	// allowedHostPaths: where host volumes may lie, for every tier.
 	allowedHostPaths []string
+	pythonReady      int // ready Python clones (0 = 2)
 }
 
 func newHarness(t testing.TB, dataDir string, ho harnessOpts) *harness {
@@ -79,7 +80,10 @@ func newHarness(t testing.TB, dataDir string, ho harnessOpts) *harness {
 	ctx := context.Background()
 	eo := execd.Options{ExecTimeout: ho.execTimeout, OutputLimitBytes: ho.outputLimit, Limiter: ho.limiter,
 		TypeScript: typescript.Transpiler{}}
-	rt, stop, err := wasm.Setup(ctx, wasm.SetupOptions{Engine: wasmtest.Engine(t), PythonPool: 2, PythonReady: 2,
+	if ho.pythonReady == 0 {
+		ho.pythonReady = 2
+	}
+	rt, stop, err := wasm.Setup(ctx, wasm.SetupOptions{Engine: wasmtest.Engine(t), PythonPool: 2, PythonReady: ho.pythonReady,
 		DefaultMemoryBytes: ho.memory, OutputLimitBytes: ho.outputLimit, Exec: eo, AllowedHostPaths: ho.allowedHostPaths})
 	require.NoError(t, err)
 	rts := []runtimes.Runtime{rt}

@@ -15,11 +15,11 @@ func (s *store) putJSON(bucket []byte, key string, v any) error {
 	if err != nil {
 		return err
 	}
-	return s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucket).Put([]byte(key), b) })
+	return s.update(func(tx *bolt.Tx) error { return tx.Bucket(bucket).Put([]byte(key), b) })
 }
 
 func (s *store) deleteKey(bucket []byte, key string) error {
-	return s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucket).Delete([]byte(key)) })
+	return s.update(func(tx *bolt.Tx) error { return tx.Bucket(bucket).Delete([]byte(key)) })
 }
 
 func (s *store) putPool(p api.CreatePoolRequest) error { return s.putJSON(bucketPools, p.Name, p) }
@@ -29,7 +29,7 @@ func (s *store) putMember(m *member) error             { return s.putJSON(bucket
 // deleteMember forgets a member, and the egress state a claim of it may
 // have sealed.
 func (s *store) deleteMember(id string) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.update(func(tx *bolt.Tx) error {
 		if err := tx.Bucket(bucketEgress).Delete([]byte(id)); err != nil {
 			return err
 		}
@@ -68,7 +68,7 @@ func (s *store) claimMember(id string, r *Record) error {
 	if err != nil {
 		return err
 	}
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.update(func(tx *bolt.Tx) error {
 		if err := tx.Bucket(bucketMembers).Delete([]byte(id)); err != nil {
 			return err
 		}

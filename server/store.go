@@ -58,7 +58,8 @@ var (
 
 // store persists records in a bbolt database.
 type store struct {
-	db *bolt.DB
+	db      *bolt.DB
+	commits committer // every write goes through update (commit.go)
 }
 
 func openStore(path string) (*store, error) {
@@ -88,7 +89,7 @@ func (s *store) put(r *Record) error {
 	if err != nil {
 		return err
 	}
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketSandboxes).Put([]byte(r.ID), b)
 	})
 }
@@ -107,7 +108,7 @@ func (s *store) get(id string) (*Record, error) {
 }
 
 func (s *store) delete(id string) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.update(func(tx *bolt.Tx) error {
 		if err := tx.Bucket(bucketEgress).Delete([]byte(id)); err != nil {
 			return err
 		}
@@ -117,7 +118,7 @@ func (s *store) delete(id string) error {
 
 // putEgress stores a sandbox's sealed egress state.
 func (s *store) putEgress(id string, b []byte) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketEgress).Put([]byte(id), b)
 	})
 }
