@@ -33,12 +33,12 @@ type config struct {
 	ImageRules     []runtimes.ImageRule `toml:"image_rules"`
 	// AllowedHostPaths are the host directories (and what is below them)
 	// that sandboxes of every tier may mount as host volumes.
-	AllowedHostPaths []string `toml:"allowed_host_paths"`
-	Wasm           wasmConfig           `toml:"wasm"`
-	OCI            ociConfig            `toml:"oci"`
-	Egress         egressConfig         `toml:"egress"`
-	Vault          vaultConfig          `toml:"vault"`
-	Pools          []poolConfig         `toml:"pools"`
+	AllowedHostPaths []string     `toml:"allowed_host_paths"`
+	Wasm             wasmConfig   `toml:"wasm"`
+	OCI              ociConfig    `toml:"oci"`
+	Egress           egressConfig `toml:"egress"`
+	Vault            vaultConfig  `toml:"vault"`
+	Pools            []poolConfig `toml:"pools"`
 }
 
 // poolConfig is one [[pools]] entry: a warm pool of containers.
