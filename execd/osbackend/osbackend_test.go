@@ -271,7 +271,6 @@ func TestSameWriter(t *testing.T) {
 	}
 }
 
-
 func TestMetrics(t *testing.T) {
 	b := newBackend(t)
 	m, err := b.Metrics(context.Background())

@@ -126,6 +126,7 @@ SOURCE_DATE_EPOCH=$epoch mmdebstrap \
 	--dpkgopt='path-exclude=/usr/share/info/*' \
 	--dpkgopt='path-exclude=/usr/share/locale/*' \
 	--dpkgopt='path-exclude=/usr/share/lintian/*' \
+	--essential-hook='mkdir -p "$1"/usr/share/man/man1' \
 	--customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/* "$1"/var/log/*.log "$1"/var/log/apt/*' \
 	--customize-hook='rm -f "$1"/etc/machine-id "$1"/var/lib/dbus/machine-id "$1"/etc/hostname' \
 	--customize-hook=': >"$1"/etc/resolv.conf' \
