@@ -21,7 +21,6 @@ import (
 	"go/parser"
 	"go/scanner"
 	"go/token"
-	"path"
 	"regexp"
 	"slices"
 	"strconv"
@@ -367,9 +366,10 @@ func usedNames(src []byte) map[string]bool {
 var majorVersion = regexp.MustCompile(`^v[0-9]+$`)
 
 // importUsed reports whether the program refers to the package d imports.
-// Blank and dot imports are always kept. Without an alias the name is
-// guessed from the path (its last element, before a major version suffix
-// and after a "go-" prefix); ImportNotUsed covers a wrong guess.
+// Blank and dot imports are always kept. Without an alias, the name of a
+// standard library package is its path's last element (before a major
+// version suffix); another package's name may differ from its path, so it
+// is kept and left to the compiler (ImportNotUsed).
 func importUsed(d decl, used map[string]bool) bool {
 	switch d.pkg {
 	case "_", ".":
@@ -379,16 +379,14 @@ func importUsed(d decl, used map[string]bool) bool {
 		return used[d.pkg]
 	}
 	elems := strings.Split(d.path, "/")
+	if strings.Contains(elems[0], ".") {
+		return true
+	}
 	name := elems[len(elems)-1]
 	if majorVersion.MatchString(name) && len(elems) > 1 {
 		name = elems[len(elems)-2]
 	}
-	name = strings.TrimPrefix(name, "go-")
-	if i := strings.IndexByte(name, '.'); i > 0 {
-		name = name[:i]
-	}
-	name = strings.ReplaceAll(name, "-", "_")
-	return used[name] || used[path.Base(d.path)]
+	return used[name]
 }
 
 // unusedImport matches the compiler's report of an unused import.
