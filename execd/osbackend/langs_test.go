@@ -47,6 +47,22 @@ func runSteps(t *testing.T, it execd.Interpreter, steps []cellStep) {
 	}
 }
 
+// stopsAtTimeout runs an endless loop with a 2 s timeout: it must end
+// within a few seconds as a timeout that keeps the context.
+func stopsAtTimeout(t *testing.T, it execd.Interpreter, loop string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeoutCause(context.Background(), 2*time.Second, execd.ErrTimeout)
+	defer cancel()
+	start := time.Now()
+	_, err := it.Run(ctx, loop, &output{})
+	if !errors.Is(err, execd.ErrTimeout) || errors.Is(err, execd.ErrContextLost) {
+		t.Fatalf("endless loop %q: %v", loop, err)
+	}
+	if d := time.Since(start); d > 6*time.Second {
+		t.Fatalf("the loop %q stopped after %s", loop, d)
+	}
+}
+
 func needTools(t *testing.T, tools ...string) {
 	t.Helper()
 	for _, tool := range tools {
@@ -78,16 +94,7 @@ func TestJavaContext(t *testing.T) {
 		{name: "state after errors", code: "x", result: "41"},
 	})
 
-	ctx, cancel := context.WithTimeoutCause(context.Background(), time.Second, execd.ErrTimeout)
-	defer cancel()
-	start := time.Now()
-	_, err = it.Run(ctx, "while (true) {}", &output{})
-	if !errors.Is(err, execd.ErrTimeout) || errors.Is(err, execd.ErrContextLost) {
-		t.Fatalf("interrupted loop: %v", err)
-	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Fatalf("the loop stopped after %s", d)
-	}
+	stopsAtTimeout(t, it, "while (true) {}")
 	runSteps(t, it, []cellStep{{name: "state after the interrupt", code: "x * 2", result: "82"}})
 }
 
@@ -114,16 +121,7 @@ func TestGoContext(t *testing.T) {
 		{name: "after errors", code: "fmt.Println(sq(1))", stdout: "2\n"},
 	})
 
-	ctx, cancel := context.WithTimeoutCause(context.Background(), 2*time.Second, execd.ErrTimeout)
-	defer cancel()
-	start := time.Now()
-	_, err = it.Run(ctx, "for {\n}", &output{})
-	if !errors.Is(err, execd.ErrTimeout) || errors.Is(err, execd.ErrContextLost) {
-		t.Fatalf("endless loop: %v", err)
-	}
-	if d := time.Since(start); d > 6*time.Second {
-		t.Fatalf("the loop stopped after %s", d)
-	}
+	stopsAtTimeout(t, it, "for {\n}")
 	runSteps(t, it, []cellStep{{name: "after the timeout", code: "fmt.Println(sq(2))", stdout: "3\n"}})
 }
 

@@ -265,22 +265,19 @@ func funcName(d *ast.FuncDecl) string {
 	t := d.Recv.List[0].Type
 	for {
 		switch x := t.(type) {
-		case *ast.StarExpr:
-			t = x.X
-			continue
-		case *ast.IndexExpr:
-			t = x.X
-			continue
-		case *ast.IndexListExpr:
-			t = x.X
-			continue
-		case *ast.ParenExpr:
-			t = x.X
-			continue
 		case *ast.Ident:
 			return x.Name + "." + d.Name.Name
+		case *ast.StarExpr:
+			t = x.X
+		case *ast.IndexExpr: // a generic type's receiver
+			t = x.X
+		case *ast.IndexListExpr:
+			t = x.X
+		case *ast.ParenExpr:
+			t = x.X
+		default:
+			return "?." + d.Name.Name
 		}
-		return "?." + d.Name.Name
 	}
 }
 
