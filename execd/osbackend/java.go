@@ -52,8 +52,12 @@ func (b *Executor) javaArgs(ctx context.Context) ([]string, error) {
 			_ = os.RemoveAll(dir)
 			return nil, fmt.Errorf("osbackend: java driver: %w", err)
 		}
-		b.javaDir = dir
-		b.javaCompiled = b.compileJava(ctx, dir, src)
+		compiled := b.compileJava(ctx, dir, src)
+		if ctx.Err() != nil { // not javac's verdict: try again next time
+			_ = os.RemoveAll(dir)
+			return nil, fmt.Errorf("osbackend: compiling the java driver: %w", context.Cause(ctx))
+		}
+		b.javaDir, b.javaCompiled = dir, compiled
 	}
 	args := []string{"-XX:+UseSerialGC", "-Xshare:auto"}
 	if b.javaCompiled {
