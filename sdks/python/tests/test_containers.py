@@ -122,4 +122,4 @@ def test_java_and_go_code_contexts(server: Server) -> None:
         assert second.error is None and second.stdout == "5\n", second
         crash = sb.code.run('panic("boom")', context=go)
         assert crash.error is not None and crash.error.name == "panic" and crash.error.value == "boom", crash.error
-        assert {c.language for c in sb.code.list_contexts()} >= {"java", "go"}
+        assert {c.language.root for c in sb.code.list_contexts()} >= {"java", "go"}
