@@ -300,7 +300,9 @@ func TestContainerJavaGoContexts(t *testing.T) {
 	check := func(t *testing.T, id string, steps []step) {
 		t.Helper()
 		for _, st := range steps {
+			start := time.Now()
 			x, err := sb.RunCode(ctx, code(id, st.src), nil)
+			t.Logf("%s: %q took %s", t.Name(), st.src, time.Since(start).Round(time.Millisecond))
 			if err != nil {
 				t.Fatalf("run %q: %v", st.src, err)
 			}
@@ -333,10 +335,12 @@ func TestContainerJavaGoContexts(t *testing.T) {
 	}
 
 	t.Run("java", func(t *testing.T) {
+		start := time.Now()
 		cc, err := sb.CreateContext(ctx, api.CodeContextRequest{Language: "java"})
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Logf("java context started in %s", time.Since(start).Round(time.Millisecond))
 		check(t, cc.ID, []step{
 			{src: "int x = 41;"},
 			{src: "x + 1", result: "42"},
@@ -354,10 +358,12 @@ func TestContainerJavaGoContexts(t *testing.T) {
 	})
 
 	t.Run("go", func(t *testing.T) {
+		start := time.Now()
 		cc, err := sb.CreateContext(ctx, api.CodeContextRequest{Language: "golang"})
 		if err != nil || cc.Language != "go" {
 			t.Fatalf("go context: %+v %v", cc, err)
 		}
+		t.Logf("go context started in %s", time.Since(start).Round(time.Millisecond))
 		check(t, cc.ID, []step{
 			{src: "import \"fmt\"\n\nfunc double(n int) int { return 2 * n }\nfmt.Println(double(21))", stdout: "42\n"},
 			{src: "fmt.Println(double(4))", stdout: "8\n"},
