@@ -103,6 +103,9 @@ func (s *Session) Prepare(cell string) (*Program, error) {
 	var body []chunk
 	var main *decl
 	for _, c := range split(cell, file) {
+		if strings.HasPrefix(c.src, "package ") {
+			continue // a whole program pasted into a cell
+		}
 		ds, ok := parseDecls(c)
 		if !ok {
 			body = append(body, c)

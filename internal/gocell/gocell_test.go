@@ -111,6 +111,14 @@ func TestPrepare(t *testing.T) {
 			hasMain: true,
 		},
 		{
+			name:    "a pasted program's package clause is dropped",
+			cells:   []string{"package main\n\nimport \"fmt\"\n\nfunc main() {\n\tfmt.Println(1)\n}"},
+			has:     []string{`import "fmt"`, "func main() {"},
+			hasNot:  []string{"package main\n\n//line <cell-1>:1"},
+			at:      map[string]string{"Println": "<cell-1>:6:2"},
+			hasMain: true,
+		},
+		{
 			name:    "aliased and versioned imports",
 			cells:   []string{"import (\n\tr \"math/rand\"\n\t\"math/rand/v2\"\n\t_ \"embed\"\n\t\"strings\"\n)\n_ = r.Int() + rand.Int()"},
 			has:     []string{`import r "math/rand"`, `import "math/rand/v2"`, `import _ "embed"`},
