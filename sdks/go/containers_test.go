@@ -272,20 +272,26 @@ func keys(bs []api.MimeBundle) [][]string {
 // Debian's JDK 17 (openjdk-17-jdk-headless) and Go (golang-go).
 const codeImage = "localhost/hybox/code-interpreter:bookworm"
 
-// TestContainerJavaGoContexts: Java (JShell) and Go contexts of a runc
-// sandbox of the code-interpreter image keep their state between cells,
+// TestContainerJavaGoContexts: Java (JShell) and Go contexts of a runc (and
+// a runsc) sandbox of the code-interpreter image keep their state between cells,
 // report compile errors at the cell's lines and runtime failures as the
 // execution's error, and stop an endless loop at its timeout; the plain
 // image has neither language.
 func TestContainerJavaGoContexts(t *testing.T) {
-	srv := containerServer(t)
+	for _, runtime := range []string{"runc", "runsc"} {
+		t.Run(runtime, func(t *testing.T) { testJavaGoContexts(t, runtime) })
+	}
+}
+
+func testJavaGoContexts(t *testing.T, runtime string) {
+	srv := containerServer(t, runtime, 0)
 	importImage(t, os.Getenv("HYBOX_SDK_CONTAINERD"), codeImage, os.Getenv("HYBOX_SDK_CODE_IMAGE_ARCHIVE"), "/var/cache/hybox/code-interpreter-bookworm.oci.tar")
 	c := newClient(t, srv)
 	ctx := ctxFor(t, 5*time.Minute)
 	plain := newSandbox(t, c, api.CreateSandboxRequest{Image: api.ImageSpec{URI: testImage},
-		Extensions: api.Extensions{hybox.RuntimeExtension: "runc"}})
+		Extensions: api.Extensions{hybox.RuntimeExtension: runtime}})
 	sb := newSandbox(t, c, api.CreateSandboxRequest{Image: api.ImageSpec{URI: codeImage},
-		Extensions: api.Extensions{hybox.RuntimeExtension: "runc"}})
+		Extensions: api.Extensions{hybox.RuntimeExtension: runtime}})
 	for _, lang := range []string{"java", "go", "golang"} {
 		_, err := plain.CreateContext(ctx, api.CodeContextRequest{Language: lang})
 		var ae *hybox.APIError
