@@ -153,7 +153,8 @@ test-unit: guests check $(TEST_DEPS)
 # The Go SDK (its own module, sdks/go) against a real `hybox serve`: the
 # binary just built. HYBOX_REQUIRE_SDK_SERVER makes a missing binary a failure.
 # As root the SDK suites' container tests use the shared test containerd (the
-# one the container backend's tests start) and both test images, through
+# one the container backend's tests start) and the test images (plain, plotting, and
+# code-interpreter with a JDK and Go), through
 # scripts/sdk-containers.sh, which stops that containerd at the end when it
 # started it.
 test-sdk: build $(TEST_DEPS)

@@ -35,6 +35,10 @@ func normalizeLanguage(l string) string {
 		return "javascript"
 	case "typescript", "ts":
 		return "typescript"
+	case "java", "jshell":
+		return "java"
+	case "go", "golang":
+		return "go"
 	case "bash", "sh", "shell", "command":
 		return "bash"
 	default:
@@ -98,8 +102,21 @@ func (m *codeManager) languages() []string {
 	return append(langs, "bash")
 }
 
+// LanguageHinter is an Executor that can say where a language it lacks is
+// available (the wasm tier names the container tier for java and go).
+type LanguageHinter interface {
+	// LanguageHint explains where language runs ("" = no hint).
+	LanguageHint(language string) string
+}
+
 func (m *codeManager) unknownLanguage(raw string) error {
-	return fmt.Errorf("%w: %q is not available in this sandbox (available: %s)", ErrUnknownLanguage, raw, strings.Join(m.languages(), ", "))
+	hint := ""
+	if h, ok := m.h.opts.Executor.(LanguageHinter); ok {
+		if s := h.LanguageHint(normalizeLanguage(raw)); s != "" {
+			hint = "; " + s
+		}
+	}
+	return fmt.Errorf("%w: %q is not available in this sandbox (available: %s)%s", ErrUnknownLanguage, raw, strings.Join(m.languages(), ", "), hint)
 }
 
 // newContext creates a context; its interpreter (for bash a shell

@@ -84,11 +84,13 @@ func TestCodeBadInput(t *testing.T) {
 		body string
 		want int
 		code api.ErrorCode
+		says string // a substring of the body
 	}{
 		{name: "malformed", body: `{"code":`, want: 400, code: execd.CodeInvalidRequestBody},
 		{name: "missing code", body: `{"context":{"language":"python"}}`, want: 400, code: execd.CodeInvalidRequestBody},
 		{name: "unknown language", body: `{"context":{"language":"cobol"},"code":"1"}`, want: 400, code: execd.CodeUnknownLanguage},
-		{name: "java (no interpreter here)", body: `{"context":{"language":"java"},"code":"1"}`, want: 400, code: execd.CodeUnknownLanguage},
+		{name: "java (no interpreter here)", body: `{"context":{"language":"java"},"code":"1"}`, want: 400, code: execd.CodeUnknownLanguage, says: "container tier"},
+		{name: "go (no toolchain here)", body: `{"context":{"language":"golang"},"code":"1"}`, want: 400, code: execd.CodeUnknownLanguage, says: "container tier"},
 		{name: "unknown context", body: `{"context":{"id":"nope"},"code":"1"}`, want: 404, code: execd.CodeContextNotFound},
 	}
 	for _, tc := range tests {
@@ -96,6 +98,7 @@ func TestCodeBadInput(t *testing.T) {
 			st, b := h.execd(sb.ID, "POST", "/code", tc.body)
 			require.Equal(t, tc.want, st, string(b))
 			assert.Contains(t, string(b), tc.code)
+			assert.Contains(t, string(b), tc.says)
 		})
 	}
 	other := h.create(nil)

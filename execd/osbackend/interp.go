@@ -34,7 +34,9 @@ var errInterpExited = errors.New("interpreter process exited")
 
 // NewInterpreter implements execd.Executor: "python" runs python3 with the
 // shared driver (internal/pydriver); "javascript" runs node with a vm
-// driver, when node is installed.
+// driver, when node is installed; "java" a JShell driver (java.go) in the
+// image's JDK; "go" builds and runs each cell with the image's go
+// toolchain (golang.go).
 //
 // # Errors
 // ErrUnknownLanguage for other languages or when the interpreter is not
@@ -55,6 +57,21 @@ func (b *Executor) NewInterpreter(ctx context.Context, language, cwd string) (ex
 			return nil, fmt.Errorf("%w: javascript: %s is not installed in this sandbox", execd.ErrUnknownLanguage, b.opts.Node)
 		}
 		exe, args = p, []string{"-e", jsDriver}
+	case "java":
+		if !b.javaAvailable() {
+			return nil, fmt.Errorf("%w: java: %s with %s (a JDK) is not installed in this sandbox", execd.ErrUnknownLanguage, b.opts.Java, b.opts.JShell)
+		}
+		p, _ := b.lookPath(b.opts.Java)
+		if _, err := b.hostDir(cwd); err != nil {
+			return nil, err
+		}
+		a, err := b.javaArgs(ctx)
+		if err != nil {
+			return nil, err
+		}
+		exe, args = p, a
+	case "go":
+		return b.newGoInterpreter(ctx, cwd)
 	default:
 		return nil, fmt.Errorf("%w: %q (available: %v)", execd.ErrUnknownLanguage, language, b.Languages())
 	}

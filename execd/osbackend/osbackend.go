@@ -54,6 +54,13 @@ type Options struct {
 	Python string
 	// Node names the interpreter of javascript contexts ("" = node).
 	Node string
+	// Java names the JVM of java contexts ("" = java); JShell names the
+	// JDK's jshell, whose presence tells that the jdk.jshell module is
+	// installed ("" = jshell).
+	Java, JShell string
+	// Go names the toolchain of go contexts ("" = go, else
+	// /usr/lib/go/bin/go when that exists).
+	Go string
 	// Reaper, when set, collects the exit status of every child (PID 1
 	// mode). nil = the backend waits for its own children only.
 	Reaper *Reaper
@@ -115,6 +122,15 @@ func (o *Options) Validate() error {
 	if o.Node == "" {
 		o.Node = "node"
 	}
+	if o.Java == "" {
+		o.Java = "java"
+	}
+	if o.JShell == "" {
+		o.JShell = "jshell"
+	}
+	if o.Go == "" {
+		o.Go = "go"
+	}
 	if o.DrainTimeout <= 0 {
 		o.DrainTimeout = DefaultDrainTimeout
 	}
@@ -143,6 +159,10 @@ type Executor struct {
 	mu     sync.Mutex
 	live   map[closer]struct{} // sessions, interpreters, terminals
 	closed bool
+
+	javaMu       sync.Mutex
+	javaDir      string // the java driver's private directory ("" = not written yet)
+	javaCompiled bool   // javaDir holds the compiled driver
 
 	leftMu    sync.Mutex
 	leftovers map[int]struct{} // process groups of finished commands still running
@@ -215,6 +235,12 @@ func (b *Executor) Languages() []string {
 	if _, err := b.lookPath(b.opts.Node); err == nil {
 		out = append(out, "javascript")
 	}
+	if b.javaAvailable() {
+		out = append(out, "java")
+	}
+	if _, err := b.goBinary(); err == nil {
+		out = append(out, "go")
+	}
 	sort.Strings(out)
 	return out
 }
@@ -229,6 +255,11 @@ func (b *Executor) Close() error {
 	for c := range live {
 		_ = c.Close()
 	}
+	b.javaMu.Lock()
+	if b.javaDir != "" {
+		_ = os.RemoveAll(b.javaDir)
+	}
+	b.javaMu.Unlock()
 	return b.root.Close()
 }
 

@@ -271,10 +271,6 @@ func TestSameWriter(t *testing.T) {
 	}
 }
 
-type writerFunc func([]byte) (int, error)
-
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
-
 func TestMetrics(t *testing.T) {
 	b := newBackend(t)
 	m, err := b.Metrics(context.Background())

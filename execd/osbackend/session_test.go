@@ -171,38 +171,14 @@ func newInterp(t *testing.T, b *Executor, lang string) execd.Interpreter {
 func TestPythonContext(t *testing.T) {
 	b := newBackend(t)
 	it := newInterp(t, b, "python")
-	steps := []struct {
-		name   string
-		code   string
-		stdout string
-		result string
-		ename  string
-	}{
+	runSteps(t, it, []cellStep{
 		{name: "define", code: "x = 41\ndef f(): return x + 1"},
 		{name: "state and result", code: "print('hi')\nf()", stdout: "hi\n", result: "42"},
 		{name: "exception", code: "1/0", ename: "ZeroDivisionError"},
 		{name: "subprocess output", code: "import subprocess\nsubprocess.run(['echo', 'from child'])\nNone", stdout: "from child\n"},
 		{name: "stdin of children is empty", code: "import subprocess\nprint(subprocess.run(['cat'], capture_output=True).stdout)", stdout: "b''\n"},
 		{name: "state after error", code: "x", result: "41"},
-	}
-	for _, st := range steps {
-		var out output
-		execErr, err := it.Run(context.Background(), st.code, &out)
-		if err != nil {
-			t.Fatalf("%s: %v", st.name, err)
-		}
-		result := ""
-		if len(out.results) > 0 {
-			result = out.results[0]["text/plain"]
-		}
-		ename := ""
-		if execErr != nil {
-			ename = execErr.EName
-		}
-		if out.stdout.String() != st.stdout || result != st.result || ename != st.ename {
-			t.Fatalf("%s: stdout %q result %q error %+v", st.name, out.stdout.String(), result, execErr)
-		}
-	}
+	})
 }
 
 func TestPythonInterruptKeepsState(t *testing.T) {

@@ -387,6 +387,18 @@ func (s *Sandbox) Root() *os.Root { return s.root }
 // Languages lists python and javascript.
 func (s *Sandbox) Languages() []string { return []string{"python", "javascript"} }
 
+// LanguageHint implements execd.LanguageHinter: java and go contexts run
+// in the container tier only.
+func (s *Sandbox) LanguageHint(language string) string {
+	need := map[string]string{"java": "a JDK (java and jshell)", "go": "the go toolchain"}[language]
+	if need == "" {
+		return ""
+	}
+	return language + " contexts run in the container tier, not in a wasm sandbox: create the sandbox with extensions {\"hybox.io/runtime\":\"runc\"} (or \"runsc\") and an image with " + need + ", e.g. localhost/hybox/code-interpreter:bookworm"
+}
+
+var _ execd.LanguageHinter = (*Sandbox)(nil)
+
 // NewInterpreter starts a persistent context.
 func (s *Sandbox) NewInterpreter(ctx context.Context, language, cwd string) (execd.Interpreter, error) {
 	if cwd == "" {
@@ -416,6 +428,8 @@ func (s *Sandbox) NewInterpreter(ctx context.Context, language, cwd string) (exe
 		return w, nil
 	case "typescript":
 		return nil, fmt.Errorf("%w: typescript is not available in a wasm sandbox; use javascript, or create the sandbox with extensions {\"hybox.io/runtime\":\"runc\"} and an image with a TypeScript runtime", execd.ErrUnknownLanguage)
+	case "java", "go":
+		return nil, fmt.Errorf("%w: %s", execd.ErrUnknownLanguage, s.LanguageHint(language))
 	default:
 		return nil, fmt.Errorf("%w: %q is not available in a wasm sandbox (available: python, javascript, bash)", execd.ErrUnknownLanguage, language)
 	}

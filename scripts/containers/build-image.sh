@@ -16,6 +16,12 @@
 # instead of about 400 MiB)
 #   build-image.sh /var/cache/hybox/python-plot-3-bookworm.oci.tar \
 #       localhost/hybox/python-plot:3-bookworm python3-matplotlib,python3-numpy,python3-munkres
+# and the code-interpreter test image (java and go code contexts; JDK 17 with jshell, Go 1.19;
+# about 2.2 minutes cold on 2 cores, a 933 MiB rootfs, a 336 MiB archive)
+#   build-image.sh /var/cache/hybox/code-interpreter-bookworm.oci.tar \
+#       localhost/hybox/code-interpreter:bookworm openjdk-17-jdk-headless,golang-go
+# (/usr/share/man/man1 is made before the packages are installed: the JRE's postinst links its
+# man pages there through update-alternatives, which fails when the directory is missing.)
 #
 # Cached: when OUT.tar exists and OUT.tar.inputs records the same inputs
 # (this script, the packer's source, mirror, packages, name), nothing is
@@ -126,6 +132,7 @@ SOURCE_DATE_EPOCH=$epoch mmdebstrap \
 	--dpkgopt='path-exclude=/usr/share/info/*' \
 	--dpkgopt='path-exclude=/usr/share/locale/*' \
 	--dpkgopt='path-exclude=/usr/share/lintian/*' \
+	--essential-hook='mkdir -p "$1"/usr/share/man/man1' \
 	--customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/* "$1"/var/log/*.log "$1"/var/log/apt/*' \
 	--customize-hook='rm -f "$1"/etc/machine-id "$1"/var/lib/dbus/machine-id "$1"/etc/hostname' \
 	--customize-hook=': >"$1"/etc/resolv.conf' \

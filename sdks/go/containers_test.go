@@ -267,3 +267,117 @@ func keys(bs []api.MimeBundle) [][]string {
 	}
 	return out
 }
+
+// codeImage is the code-interpreter test image: the plain image plus
+// Debian's JDK 17 (openjdk-17-jdk-headless) and Go (golang-go).
+const codeImage = "localhost/hybox/code-interpreter:bookworm"
+
+// TestContainerJavaGoContexts: Java (JShell) and Go contexts of a runc (and
+// a runsc) sandbox of the code-interpreter image keep their state between cells,
+// report compile errors at the cell's lines and runtime failures as the
+// execution's error, and stop an endless loop at its timeout; the plain
+// image has neither language.
+func TestContainerJavaGoContexts(t *testing.T) {
+	for _, runtime := range []string{"runc", "runsc"} {
+		t.Run(runtime, func(t *testing.T) { testJavaGoContexts(t, runtime) })
+	}
+}
+
+func testJavaGoContexts(t *testing.T, runtime string) {
+	srv := containerServer(t, runtime, 0)
+	importImage(t, os.Getenv("HYBOX_SDK_CONTAINERD"), codeImage, os.Getenv("HYBOX_SDK_CODE_IMAGE_ARCHIVE"), "/var/cache/hybox/code-interpreter-bookworm.oci.tar")
+	c := newClient(t, srv)
+	ctx := ctxFor(t, 5*time.Minute)
+	plain := newSandbox(t, c, api.CreateSandboxRequest{Image: api.ImageSpec{URI: testImage},
+		Extensions: api.Extensions{hybox.RuntimeExtension: runtime}})
+	sb := newSandbox(t, c, api.CreateSandboxRequest{Image: api.ImageSpec{URI: codeImage},
+		Extensions: api.Extensions{hybox.RuntimeExtension: runtime}})
+	for _, lang := range []string{"java", "go", "golang"} {
+		_, err := plain.CreateContext(ctx, api.CodeContextRequest{Language: lang})
+		var ae *hybox.APIError
+		if !errors.As(err, &ae) || ae.Code != "UNKNOWN_LANGUAGE" || !strings.Contains(ae.Message, "python") {
+			t.Fatalf("%s in the plain image: %v", lang, err)
+		}
+	}
+
+	type step struct {
+		src, stdout, result, ename, evalue string
+	}
+	check := func(t *testing.T, id string, steps []step) {
+		t.Helper()
+		for _, st := range steps {
+			start := time.Now()
+			x, err := sb.RunCode(ctx, code(id, st.src), nil)
+			t.Logf("%s: %q took %s", t.Name(), st.src, time.Since(start).Round(time.Millisecond))
+			if err != nil {
+				t.Fatalf("run %q: %v", st.src, err)
+			}
+			result, ename, evalue := "", "", ""
+			if len(x.Results) > 0 {
+				result = x.Results[len(x.Results)-1]["text"]
+			}
+			if x.Error != nil {
+				ename, evalue = x.Error.EName, x.Error.EValue
+			}
+			if strings.Join(x.Stdout, "") != st.stdout || result != st.result || ename != st.ename || !strings.Contains(evalue, st.evalue) {
+				t.Fatalf("run %q: stdout %q result %q error %+v", st.src, x.Stdout, result, x.Error)
+			}
+		}
+	}
+	timeout := func(t *testing.T, id, loop, after string, want step) {
+		t.Helper()
+		req := code(id, loop)
+		req.TimeoutMs = 2000
+		start := time.Now()
+		x, err := sb.RunCode(ctx, req, nil)
+		if err != nil || x.Error == nil || x.Error.EName != "TimeoutError" {
+			t.Fatalf("endless loop: %v %+v", err, x)
+		}
+		if d := time.Since(start); d > 8*time.Second {
+			t.Fatalf("the loop ended after %s", d)
+		}
+		want.src = after
+		check(t, id, []step{want})
+	}
+
+	t.Run("java", func(t *testing.T) {
+		start := time.Now()
+		cc, err := sb.CreateContext(ctx, api.CodeContextRequest{Language: "java"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("java context started in %s", time.Since(start).Round(time.Millisecond))
+		check(t, cc.ID, []step{
+			{src: "int x = 41;"},
+			{src: "x + 1", result: "42"},
+			{src: "String greet(String n) { return \"hi \" + n; }"},
+			{src: "System.out.println(greet(\"java\"));\ngreet(\"x\").length()", stdout: "hi java\n", result: "4"},
+			{src: "int y = 2;\n\nint z = missing + y;", ename: "CompilationError", evalue: "<cell-5>:3"},
+			{src: "Integer.parseInt(\"nope\")", ename: "java.lang.NumberFormatException", evalue: "nope"},
+			{src: "x", result: "41"},
+		})
+		timeout(t, cc.ID, "while (true) {}", "x * 2", step{result: "82"})
+		list, err := sb.Contexts(ctx, "java")
+		if err != nil || len(list) != 1 || list[0].ID != cc.ID {
+			t.Fatalf("java contexts: %+v %v", list, err)
+		}
+	})
+
+	t.Run("go", func(t *testing.T) {
+		start := time.Now()
+		cc, err := sb.CreateContext(ctx, api.CodeContextRequest{Language: "golang"})
+		if err != nil || cc.Language != "go" {
+			t.Fatalf("go context: %+v %v", cc, err)
+		}
+		t.Logf("go context started in %s", time.Since(start).Round(time.Millisecond))
+		check(t, cc.ID, []step{
+			{src: "import \"fmt\"\n\nfunc double(n int) int { return 2 * n }\nfmt.Println(double(21))", stdout: "42\n"},
+			{src: "fmt.Println(double(4))", stdout: "8\n"},
+			{src: "import \"strings\"\nfmt.Println(strings.Repeat(\"ab\", 2))", stdout: "abab\n"},
+			{src: "n := 1\n\nfmt.Println(n, undefinedName)", ename: "CompilationError", evalue: "<cell-4>:3:"},
+			{src: "var m map[string]int\nm[\"a\"] = 1", ename: "panic", evalue: "assignment to entry in nil map"},
+			{src: "fmt.Println(strings.ToUpper(\"still\"))", stdout: "STILL\n"},
+		})
+		timeout(t, cc.ID, "for {\n}", "fmt.Println(double(1))", step{stdout: "2\n"})
+	})
+}

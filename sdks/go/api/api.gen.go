@@ -553,11 +553,12 @@ type CodeContext struct {
 	ID  string `json:"id"`
 
 	// Language A code language. hybox normalises aliases (`python3`, `py` → `python`; `js`, `node`,
-	// `nodejs` → `javascript`; `ts` → `typescript`; `sh`, `shell`, `command` → `bash`). Which
-	// ones run depends on the sandbox: wasm sandboxes run `python`, `javascript`, `typescript`
-	// and `bash`; container sandboxes `bash`, and `python`, `javascript` and `typescript` when
-	// the image has `python3` and `node`. An unavailable language is a 400 `UNKNOWN_LANGUAGE`
-	// naming the available ones.
+	// `nodejs` → `javascript`; `ts` → `typescript`; `sh`, `shell`, `command` → `bash`; `golang`
+	// → `go`). Which ones run depends on the sandbox: wasm sandboxes run `python`, `javascript`,
+	// `typescript` and `bash`; container sandboxes `bash`, and `python`, `javascript` and
+	// `typescript` when the image has `python3` and `node`, `java` when it has a JDK (`java` and
+	// `jshell`) and `go` when it has the `go` toolchain. An unavailable language is a 400
+	// `UNKNOWN_LANGUAGE` naming the available ones.
 	//
 	//
 	// Examples: python, javascript, typescript, bash
@@ -577,11 +578,12 @@ type CodeRunContext struct {
 	ID string `json:"id,omitempty,omitzero"`
 
 	// Language A code language. hybox normalises aliases (`python3`, `py` → `python`; `js`, `node`,
-	// `nodejs` → `javascript`; `ts` → `typescript`; `sh`, `shell`, `command` → `bash`). Which
-	// ones run depends on the sandbox: wasm sandboxes run `python`, `javascript`, `typescript`
-	// and `bash`; container sandboxes `bash`, and `python`, `javascript` and `typescript` when
-	// the image has `python3` and `node`. An unavailable language is a 400 `UNKNOWN_LANGUAGE`
-	// naming the available ones.
+	// `nodejs` → `javascript`; `ts` → `typescript`; `sh`, `shell`, `command` → `bash`; `golang`
+	// → `go`). Which ones run depends on the sandbox: wasm sandboxes run `python`, `javascript`,
+	// `typescript` and `bash`; container sandboxes `bash`, and `python`, `javascript` and
+	// `typescript` when the image has `python3` and `node`, `java` when it has a JDK (`java` and
+	// `jshell`) and `go` when it has the `go` toolchain. An unavailable language is a 400
+	// `UNKNOWN_LANGUAGE` naming the available ones.
 	//
 	//
 	// Examples: python, javascript, typescript, bash
@@ -596,11 +598,12 @@ type CodeRunRequest struct {
 	Context CodeRunContext `json:"context,omitempty,omitzero"`
 
 	// Language A code language. hybox normalises aliases (`python3`, `py` → `python`; `js`, `node`,
-	// `nodejs` → `javascript`; `ts` → `typescript`; `sh`, `shell`, `command` → `bash`). Which
-	// ones run depends on the sandbox: wasm sandboxes run `python`, `javascript`, `typescript`
-	// and `bash`; container sandboxes `bash`, and `python`, `javascript` and `typescript` when
-	// the image has `python3` and `node`. An unavailable language is a 400 `UNKNOWN_LANGUAGE`
-	// naming the available ones.
+	// `nodejs` → `javascript`; `ts` → `typescript`; `sh`, `shell`, `command` → `bash`; `golang`
+	// → `go`). Which ones run depends on the sandbox: wasm sandboxes run `python`, `javascript`,
+	// `typescript` and `bash`; container sandboxes `bash`, and `python`, `javascript` and
+	// `typescript` when the image has `python3` and `node`, `java` when it has a JDK (`java` and
+	// `jshell`) and `go` when it has the `go` toolchain. An unavailable language is a 400
+	// `UNKNOWN_LANGUAGE` naming the available ones.
 	//
 	//
 	// Examples: python, javascript, typescript, bash
@@ -999,11 +1002,12 @@ type ImageSpec struct {
 }
 
 // Language A code language. hybox normalises aliases (`python3`, `py` → `python`; `js`, `node`,
-// `nodejs` → `javascript`; `ts` → `typescript`; `sh`, `shell`, `command` → `bash`). Which
-// ones run depends on the sandbox: wasm sandboxes run `python`, `javascript`, `typescript`
-// and `bash`; container sandboxes `bash`, and `python`, `javascript` and `typescript` when
-// the image has `python3` and `node`. An unavailable language is a 400 `UNKNOWN_LANGUAGE`
-// naming the available ones.
+// `nodejs` → `javascript`; `ts` → `typescript`; `sh`, `shell`, `command` → `bash`; `golang`
+// → `go`). Which ones run depends on the sandbox: wasm sandboxes run `python`, `javascript`,
+// `typescript` and `bash`; container sandboxes `bash`, and `python`, `javascript` and
+// `typescript` when the image has `python3` and `node`, `java` when it has a JDK (`java` and
+// `jshell`) and `go` when it has the `go` toolchain. An unavailable language is a 400
+// `UNKNOWN_LANGUAGE` naming the available ones.
 //
 // Examples: python, javascript, typescript, bash
 type Language = string

@@ -1760,11 +1760,12 @@ export interface components {
         };
         /**
          * @description A code language. hybox normalises aliases (`python3`, `py` → `python`; `js`, `node`,
-         *     `nodejs` → `javascript`; `ts` → `typescript`; `sh`, `shell`, `command` → `bash`). Which
-         *     ones run depends on the sandbox: wasm sandboxes run `python`, `javascript`, `typescript`
-         *     and `bash`; container sandboxes `bash`, and `python`, `javascript` and `typescript` when
-         *     the image has `python3` and `node`. An unavailable language is a 400 `UNKNOWN_LANGUAGE`
-         *     naming the available ones.
+         *     `nodejs` → `javascript`; `ts` → `typescript`; `sh`, `shell`, `command` → `bash`; `golang`
+         *     → `go`). Which ones run depends on the sandbox: wasm sandboxes run `python`, `javascript`,
+         *     `typescript` and `bash`; container sandboxes `bash`, and `python`, `javascript` and
+         *     `typescript` when the image has `python3` and `node`, `java` when it has a JDK (`java` and
+         *     `jshell`) and `go` when it has the `go` toolchain. An unavailable language is a 400
+         *     `UNKNOWN_LANGUAGE` naming the available ones.
          * @example python
          * @example javascript
          * @example typescript

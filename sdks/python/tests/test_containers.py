@@ -1,7 +1,8 @@
 """Container sandboxes through the real server (runc, and runsc when the server has it): a
 Python code context in the plotting test image localhost/hybox/python-plot:3-bookworm
 (Debian's python3-matplotlib and python3-numpy), where a figure is an image/png result and
-display() of a rich object streams its MIME bundle as in wasm. One sandbox per runtime."""
+display() of a rich object streams its MIME bundle as in wasm. One sandbox per runtime. Java and
+Go code contexts in the code-interpreter test image localhost/hybox/code-interpreter:bookworm."""
 
 from __future__ import annotations
 
@@ -96,3 +97,29 @@ def test_pools_and_volumes(server: Server) -> None:
     hybox.Volume.delete("py-vol")
     with pytest.raises(hybox.NotFoundError):
         hybox.Volume.get("py-vol")
+
+
+CODE_IMAGE = "localhost/hybox/code-interpreter:bookworm"
+
+
+@pytest.mark.skipif(not CONTAINERD, reason=NO_CONTAINERS)
+def test_java_and_go_code_contexts(server: Server) -> None:
+    """Java (JShell) and Go contexts of the code-interpreter image (JDK 17, Go) keep their state
+    between runs; errors come back as the execution's error."""
+    with hybox.Sandbox.create(CODE_IMAGE, runtime="runc") as sb:
+        java = sb.code.create_context("java")
+        assert sb.code.run("int x = 41;", context=java).error is None
+        got = sb.code.run("x + 1", context=java)
+        assert got.error is None and got.text == "42", got
+        bad = sb.code.run("int y = nope;", context=java)
+        assert bad.error is not None and bad.error.name == "CompilationError", bad.error
+
+        go = sb.code.create_context("go")
+        first = sb.code.run('import "fmt"\nfunc half(n int) int { return n / 2 }\nfmt.Println(half(84))',
+                            context=go)
+        assert first.error is None and first.stdout == "42\n", first
+        second = sb.code.run("fmt.Println(half(10))", context=go)
+        assert second.error is None and second.stdout == "5\n", second
+        crash = sb.code.run('panic("boom")', context=go)
+        assert crash.error is not None and crash.error.name == "panic" and crash.error.value == "boom", crash.error
+        assert {c.language.root for c in sb.code.list_contexts()} >= {"java", "go"}
