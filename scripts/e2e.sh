@@ -17,6 +17,8 @@
 # Env: HYBOX_E2E_PASSES  passes to run (default "wasm runc runsc")
 #      HYBOX_E2E_SUITES  all|js|python, handed to e2e/run.sh (default all)
 #      HYBOX_IMAGE_ARCHIVE  the test image archive (default /var/cache/hybox/python-3-bookworm.oci.tar)
+#      HYBOX_CODE_IMAGE_ARCHIVE  the code-interpreter test image (JDK, Go; default
+#                        /var/cache/hybox/code-interpreter-bookworm.oci.tar; missing = Java/Go tests skipped)
 #      HYBOX_GUEST_DIR   wasm guests (default build/guests)
 #      HYBOX_E2E_LOG_DIR where the server and containerd logs are kept when a
 #                        pass fails (default build/e2e-logs)
@@ -37,6 +39,7 @@ repo=$(pwd)
 
 image=localhost/hybox/python:3-bookworm
 archive=${HYBOX_IMAGE_ARCHIVE:-/var/cache/hybox/python-3-bookworm.oci.tar}
+code_archive=${HYBOX_CODE_IMAGE_ARCHIVE:-/var/cache/hybox/code-interpreter-bookworm.oci.tar}
 passes=${HYBOX_E2E_PASSES:-wasm runc runsc}
 suites=${HYBOX_E2E_SUITES:-all}
 
@@ -219,6 +222,17 @@ if [ "$want_containers" = yes ]; then
 	t=$(date +%s.%N)
 	OPEN_SANDBOX_DOMAIN=$direct_url ./bin/hybox image import -q "$archive"
 	say "imported $image in $(elapsed "$t")"
+	# The code-interpreter test image (JDK, Go), built by scripts/sdk-containers.sh
+	# (make test-sdk, before make test-e2e): the container passes run Java and Go
+	# contexts in it.
+	if [ -f "$code_archive" ]; then
+		t=$(date +%s.%N)
+		OPEN_SANDBOX_DOMAIN=$direct_url ./bin/hybox image import -q "$code_archive"
+		export HYBOX_E2E_LANG_IMAGE=localhost/hybox/code-interpreter:bookworm
+		say "imported $HYBOX_E2E_LANG_IMAGE in $(elapsed "$t")"
+	else
+		say "no $code_archive (make test-sdk builds it): the Java and Go context tests are skipped"
+	fi
 fi
 
 results=()

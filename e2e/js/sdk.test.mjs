@@ -8,6 +8,8 @@
 //   HYBOX_E2E_RUNTIME     when set, sent as extensions["hybox.io/runtime"] (runc, runsc, ...)
 //   HYBOX_E2E_HOST_DIR    a host directory the server allows as a volume (unset: the
 //                         volume test is skipped and says why)
+//   HYBOX_E2E_LANG_IMAGE  an image with a JDK and Go (the code-interpreter test image):
+//                         the container passes run Java and Go contexts in it
 //
 // The same tests run against wasm and container sandboxes; only what is
 // wasm-specific differs (sys.platform, the code-interpreter image routing).
@@ -44,6 +46,7 @@ const PASS = RUNTIME ? `${IMAGE} on ${RUNTIME}` : IMAGE;
 const EXTENSIONS = RUNTIME ? { "hybox.io/runtime": RUNTIME } : {};
 
 const HOST_DIR = process.env.HYBOX_E2E_HOST_DIR ?? "";
+const LANG_IMAGE = process.env.HYBOX_E2E_LANG_IMAGE ?? "";
 const EXECD_PORT = 44772;
 const RUN_ID = randomUUID();
 const UUID_V4 = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
@@ -406,6 +409,38 @@ describe(`hybox through the OpenSandbox JS SDK (${PASS})`, () => {
     // expiry to about 300 s after it (within the documented minute).
     const lifetime = (info.expiresAt.getTime() - info.createdAt.getTime()) / 1000;
     assert.ok(lifetime > 250, `expiresAt is ${lifetime}s after createdAt, want about 300s`);
+    await s.kill();
+  });
+
+  it("refuses java and go contexts where they are missing", async () => {
+    const t = await execdTarget(sbx);
+    for (const language of ["java", "go"]) {
+      const res = await fetch(`${t.base}/code/context`, {
+        method: "POST",
+        headers: { ...t.headers, "content-type": "application/json" },
+        body: JSON.stringify({ language }),
+      });
+      const text = await res.text();
+      assert.equal(res.status, 400, text);
+      assert.match(text.toLowerCase(), WASM ? /container/ : /available/);
+    }
+  });
+
+  it("keeps java and go state between cells", {
+    skip: !WASM && LANG_IMAGE ? false : "container passes only, with HYBOX_E2E_LANG_IMAGE (an image with a JDK and Go) set",
+  }, async () => {
+    const s = await Sandbox.create({
+      connectionConfig: connection(), image: LANG_IMAGE, extensions: EXTENSIONS, timeoutSeconds: 300,
+      metadata: { suite: "hybox-e2e-js", run: `${RUN_ID}-langs`, role: "langs" },
+    });
+    created.push(s);
+    const java = await createContext(s, "java");
+    assert.equal((await runCode(s, "int x = 41;\nint twice(int n) { return 2 * n; }", java)).execution.error, undefined);
+    assert.deepEqual(resultTexts((await runCode(s, "twice(x) - x + 1", java)).execution), ["42"]);
+    const go = await createContext(s, "go");
+    await runCode(s, 'import "fmt"\nfunc twice(n int) int { return 2 * n }', go);
+    const out = await runCode(s, "fmt.Println(twice(21))", go);
+    assert.equal(stdoutText(out.execution), "42\n");
     await s.kill();
   });
 

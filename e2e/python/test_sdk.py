@@ -8,6 +8,8 @@ Env:
     HYBOX_E2E_RUNTIME     when set, sent as extensions["hybox.io/runtime"] (runc, runsc, ...)
     HYBOX_E2E_HOST_DIR    a host directory the server allows as a volume (unset: the
                           volume test is skipped and says why)
+    HYBOX_E2E_LANG_IMAGE  an image with a JDK and Go (the code-interpreter test image):
+                          the container passes run Java and Go contexts in it
 
 The same tests run against wasm and container sandboxes; only what is
 wasm-specific differs (sys.platform, the code-interpreter image routing).
@@ -61,6 +63,7 @@ PLATFORM = "wasi" if WASM else "linux"
 PASS = f"{IMAGE} on {RUNTIME}" if RUNTIME else IMAGE
 EXTENSIONS = {"hybox.io/runtime": RUNTIME} if RUNTIME else None
 HOST_DIR = os.environ.get("HYBOX_E2E_HOST_DIR", "")
+LANG_IMAGE = os.environ.get("HYBOX_E2E_LANG_IMAGE", "")
 RUN_ID = str(uuid.uuid4())
 WORK_DIR = f"/tmp/hybox-e2e-py-{RUN_ID[:8]}"
 UUID_V4 = re.compile(
@@ -326,6 +329,44 @@ def test_bash_state(interpreter):
     assert stdout_text(second) == "42 /tmp\n"
     fail = run(codes, "(exit 3)", context=ctx)
     assert fail.error is not None and fail.error.value == "3"
+
+
+def test_java_and_go_where_missing(interpreter):
+    # wasm has neither (the error names the container tier); the python test
+    # image has neither installed (the error lists what it has).
+    for lang in (SupportedLanguageSync.JAVA, SupportedLanguageSync.GO):
+        err = api_error(lambda: interpreter.codes.create_context(lang), [400])
+        text = str(err).lower()
+        assert ("container" in text) if WASM else ("available" in text), text
+
+
+@pytest.mark.skipif(
+    WASM or not LANG_IMAGE,
+    reason="container passes only, with HYBOX_E2E_LANG_IMAGE (an image with a JDK and Go) set",
+)
+def test_java_and_go_state():
+    sbx = SandboxSync.create(
+        LANG_IMAGE, connection_config=connection(), extensions=EXTENSIONS,
+        metadata={"suite": "hybox-e2e-py", "run": RUN_ID + "-langs", "role": "langs"},
+        timeout=timedelta(minutes=5),
+    )
+    try:
+        codes = CodeInterpreterSync.create(sbx, skip_health_check=True).codes
+        java = codes.create_context(SupportedLanguageSync.JAVA)
+        assert run(codes, "int x = 41;\nint twice(int n) { return 2 * n; }", context=java).error is None
+        assert result_texts(run(codes, "twice(x) - x + 1", context=java)) == ["42"]
+        boom = run(codes, "Object o = null;\no.toString();", context=java)
+        assert boom.error is not None and "NullPointerException" in boom.error.name
+        go = codes.create_context(SupportedLanguageSync.GO)
+        assert run(codes, 'import "fmt"\nfunc twice(n int) int { return 2 * n }', context=go).error is None
+        out = run(codes, "fmt.Println(twice(21))", context=go)
+        assert out.error is None, out.error
+        assert stdout_text(out) == "42\n"
+        bad = run(codes, "var y int = \"no\"", context=go)
+        assert bad.error is not None
+    finally:
+        sbx.kill()
+        sbx.close()
 
 
 def test_files(sandbox, interpreter):
