@@ -1,7 +1,6 @@
 package pyguest
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,18 +16,8 @@ import (
 
 	"github.com/hybox-dev/hybox/execd"
 	"github.com/hybox-dev/hybox/runtimes/wasm/engine"
+	"github.com/hybox-dev/hybox/runtimes/wasm/wasmtest"
 )
-
-// reportPercentiles adds p50 and p90 of ds (in ms) to the benchmark output.
-func reportPercentiles(b *testing.B, ds []time.Duration) {
-	if len(ds) == 0 {
-		return
-	}
-	slices.Sort(ds)
-	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-	b.ReportMetric(ms(ds[len(ds)/2]), "p50-ms")
-	b.ReportMetric(ms(ds[len(ds)*9/10]), "p90-ms")
-}
 
 // BenchmarkNewContextFirstResult measures a new context of the source
 // build (an instance cloned from the memory image) plus its first `1+1`.
@@ -56,7 +44,7 @@ func BenchmarkNewContextFirstResult(b *testing.B) {
 		_ = it.Close()
 		b.StartTimer()
 	}
-	reportPercentiles(b, ds)
+	wasmtest.ReportPercentiles(b, ds, 50, 90)
 }
 
 // BenchmarkClaimAndFirstResultNPM measures a new context of the npm build
@@ -90,7 +78,7 @@ func BenchmarkClaimAndFirstResultNPM(b *testing.B) {
 		}
 		_ = it.Close()
 	}
-	reportPercentiles(b, ds)
+	wasmtest.ReportPercentiles(b, ds, 50, 90)
 }
 
 // BenchmarkWarmRun measures `1+1` in a live context of the source build.
@@ -125,7 +113,7 @@ func BenchmarkFib27Native(b *testing.B) {
 		}
 		ds = append(ds, time.Duration(sec*float64(time.Second)))
 	}
-	reportPercentiles(b, ds)
+	wasmtest.ReportPercentiles(b, ds, 50, 90)
 }
 
 func benchWarm(b *testing.B, m *Manager, code string) {
@@ -141,7 +129,7 @@ func benchWarm(b *testing.B, m *Manager, code string) {
 		}
 		ds = append(ds, time.Since(start))
 	}
-	reportPercentiles(b, ds)
+	wasmtest.ReportPercentiles(b, ds, 50, 90)
 }
 
 // BenchmarkInterrupt measures how long `while True: pass` takes to stop
@@ -173,7 +161,7 @@ func BenchmarkInterrupt(b *testing.B) {
 	if got := plain(b, mustRun(b, it, "x + 1")); got != "42" {
 		b.Fatalf("x + 1 = %q after interrupts", got)
 	}
-	reportPercentiles(b, ds)
+	wasmtest.ReportPercentiles(b, ds, 50, 90)
 }
 
 func mustRun(t testing.TB, it execd.Interpreter, code string) *recorder {
@@ -183,45 +171,6 @@ func mustRun(t testing.TB, it execd.Interpreter, code string) *recorder {
 		t.Fatalf("%s: %v", code, xerr)
 	}
 	return rec
-}
-
-// rssBytes returns this process's resident set size, or 0 when unknown.
-func rssBytes() int64 {
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if v, ok := strings.CutPrefix(s.Text(), "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
-}
-
-// memStats returns this process's resident and proportional set sizes.
-func memStats() (rss, pss int64) {
-	b, err := os.ReadFile("/proc/self/smaps_rollup")
-	if err != nil {
-		return rssBytes(), 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		kb, _ := strconv.ParseInt(f[1], 10, 64)
-		switch f[0] {
-		case "Rss:":
-			rss = kb << 10
-		case "Pss:":
-			pss = kb << 10
-		}
-	}
-	return rss, pss
 }
 
 // TestFootprint reports the memory of fresh and of idle contexts of the
@@ -239,14 +188,14 @@ func TestFootprint(t *testing.T) {
 	}
 	one() // warm the host's caches
 	runtime.GC()
-	rss0, pss0 := memStats()
+	rss0, pss0 := wasmtest.MemStats()
 	one()
-	rss1, pss1 := memStats()
+	rss1, pss1 := wasmtest.MemStats()
 	for len(its) < 101 {
 		one()
 	}
 	runtime.GC()
-	rss2, pss2 := memStats()
+	rss2, pss2 := wasmtest.MemStats()
 	mib := func(v int64) float64 { return float64(v) / (1 << 20) }
 	lin := its[0].(*reactorInterp).LinearMemoryBytes()
 	t.Logf("linear memory of a context %.1f MiB (shared with the image until written)", mib(int64(lin)))
@@ -273,7 +222,7 @@ func BenchmarkGuestStart(b *testing.B) {
 		inst.kill(ErrClosed)
 		b.StartTimer()
 	}
-	reportPercentiles(b, ds)
+	wasmtest.ReportPercentiles(b, ds, 50, 90)
 }
 
 // BenchmarkCommandStart measures `python3 -c pass` as a shell command.
@@ -290,7 +239,7 @@ func BenchmarkCommandStart(b *testing.B) {
 		}
 		ds = append(ds, time.Since(start))
 	}
-	reportPercentiles(b, ds)
+	wasmtest.ReportPercentiles(b, ds, 50, 90)
 }
 
 // BenchmarkBurst50 creates 50 contexts at once, each running `1+1`, and
@@ -302,9 +251,7 @@ func BenchmarkBurst50(b *testing.B) {
 	for b.Loop() {
 		ds = append(ds, burst(b, m, root, 50)...)
 	}
-	slices.Sort(ds)
-	b.ReportMetric(float64(ds[len(ds)/2])/1e6, "p50-ms")
-	b.ReportMetric(float64(ds[len(ds)*99/100])/1e6, "p99-ms")
+	wasmtest.ReportPercentiles(b, ds, 50, 99)
 }
 
 // burst creates n contexts concurrently; each must answer `1+1` with 2.
