@@ -3,7 +3,6 @@ package jsguest
 import (
 	"context"
 	"fmt"
-	"runtime/debug"
 	"sync"
 	"testing"
 	"time"
@@ -156,19 +155,6 @@ func TestFootprint(t *testing.T) {
 		}
 		its = append(its, it)
 	}
-	one() // warm the host's caches
-	debug.FreeOSMemory()
-	rss0, pss0 := wasmtest.MemStats()
-	one()
-	rss1, pss1 := wasmtest.MemStats()
-	for len(its) < 101 {
-		one()
-	}
-	debug.FreeOSMemory()
-	rss2, pss2 := wasmtest.MemStats()
-	mib := func(v int64) float64 { return float64(v) / (1 << 20) }
-	t.Logf("linear memory of a context %.1f MiB", mib(int64(its[0].(*interpreter).vm.mem.Size())))
-	t.Logf("a fresh context after 1+1: RSS +%.2f MiB, PSS +%.2f MiB", mib(rss1-rss0), mib(pss1-pss0))
-	t.Logf("100 idle contexts: RSS +%.1f MiB, PSS +%.1f MiB (%.2f / %.2f MiB each)",
-		mib(rss2-rss0), mib(pss2-pss0), mib(rss2-rss0)/100, mib(pss2-pss0)/100)
+	wasmtest.Footprint(t, one)
+	t.Logf("linear memory of a context %.1f MiB", float64(its[0].(*interpreter).vm.mem.Size())/(1<<20))
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -178,7 +177,7 @@ func mustRun(t testing.TB, it execd.Interpreter, code string) *recorder {
 func TestFootprint(t *testing.T) {
 	m := newManager(t, Options{})
 	root, _ := newRoot(t)
-	its := make([]execd.Interpreter, 0, 100)
+	its := make([]execd.Interpreter, 0, 101)
 	one := func() {
 		it := newInterp(t, m, root, "/", 0)
 		if got := plain(t, mustRun(t, it, "1+1")); got != "2" {
@@ -186,22 +185,9 @@ func TestFootprint(t *testing.T) {
 		}
 		its = append(its, it)
 	}
-	one() // warm the host's caches
-	runtime.GC()
-	rss0, pss0 := wasmtest.MemStats()
-	one()
-	rss1, pss1 := wasmtest.MemStats()
-	for len(its) < 101 {
-		one()
-	}
-	runtime.GC()
-	rss2, pss2 := wasmtest.MemStats()
-	mib := func(v int64) float64 { return float64(v) / (1 << 20) }
+	wasmtest.Footprint(t, one)
 	lin := its[0].(*reactorInterp).LinearMemoryBytes()
-	t.Logf("linear memory of a context %.1f MiB (shared with the image until written)", mib(int64(lin)))
-	t.Logf("a fresh context after 1+1: RSS +%.2f MiB, PSS +%.2f MiB", mib(rss1-rss0), mib(pss1-pss0))
-	t.Logf("100 idle contexts: RSS +%.1f MiB, PSS +%.1f MiB (%.2f / %.2f MiB each)",
-		mib(rss2-rss0), mib(pss2-pss0), mib(rss2-rss0)/100, mib(pss2-pss0)/100)
+	t.Logf("linear memory of a context %.1f MiB (shared with the image until written)", float64(lin)/(1<<20))
 }
 
 // BenchmarkGuestStart measures starting one pooled guest (the interpreter,

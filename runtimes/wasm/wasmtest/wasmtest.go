@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -137,4 +138,26 @@ func ReportPercentiles(b *testing.B, ds []time.Duration, percentiles ...int) {
 	for _, p := range percentiles {
 		b.ReportMetric(float64(ds[len(ds)*p/100])/float64(time.Millisecond), fmt.Sprintf("p%d-ms", p))
 	}
+}
+
+// Footprint logs what contexts cost in resident memory (MemStats): one
+// fresh context, then 100 idle ones. start makes one context and runs its
+// first execution; the contexts stay open (the caller closes them). The Go
+// heap's free pages are returned to the system before each reading.
+func Footprint(t testing.TB, start func()) {
+	t.Helper()
+	start() // warm the host's caches
+	debug.FreeOSMemory()
+	rss0, pss0 := MemStats()
+	start()
+	rss1, pss1 := MemStats()
+	for range 99 {
+		start()
+	}
+	debug.FreeOSMemory()
+	rss2, pss2 := MemStats()
+	mib := func(v int64) float64 { return float64(v) / (1 << 20) }
+	t.Logf("a fresh context after its first execution: RSS +%.2f MiB, PSS +%.2f MiB", mib(rss1-rss0), mib(pss1-pss0))
+	t.Logf("100 idle contexts: RSS +%.1f MiB, PSS +%.1f MiB (%.2f / %.2f MiB each)",
+		mib(rss2-rss0), mib(pss2-pss0), mib(rss2-rss0)/100, mib(pss2-pss0)/100)
 }
