@@ -80,8 +80,8 @@ func TestStateBase(t *testing.T) {
 	mem, _ := it.(*interpreter).vm.mem.Read(0, uint32(st.Size))
 	old := *st
 	old.Base, old.Pages = "", engine.Diff(mem, nil)
-	t.Logf("state of a context after one run: %d KiB against the image, %d KiB against zeros, of a %d KiB memory",
-		st.DirtyBytes()>>10, old.DirtyBytes()>>10, st.Size>>10)
+	t.Logf("state of a context after one run: %d KiB against the image %.8s, %d KiB against zeros, of a %d KiB memory",
+		st.DirtyBytes()>>10, st.Base, old.DirtyBytes()>>10, st.Size>>10)
 	it2, err := m2.RestoreInterpreter(ctx, nil, 0, nil, &old, true)
 	if err != nil {
 		t.Fatal(err)
