@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -130,4 +131,36 @@ func TestClonesClocks(t *testing.T) {
 	if ee != nil || rec.result() != "'true,true,true'" {
 		t.Fatalf("clocks: %q %+v", rec.result(), ee)
 	}
+}
+
+// TestCloseWhileCreating: contexts created and saved while the Manager
+// closes either work or fail with ErrClosed; none maps or reads a closed
+// image.
+func TestCloseWhileCreating(t *testing.T) {
+	m := newManager(t, Options{})
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 5 {
+				it, err := m.NewInterpreter(ctx, nil, "/", 0, nil)
+				if errors.Is(err, ErrClosed) {
+					return
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if _, err := m.SaveState(ctx, it); err != nil && !errors.Is(err, ErrClosed) {
+					t.Error(err)
+				}
+				_ = it.Close()
+			}
+		})
+	}
+	time.Sleep(2 * time.Millisecond)
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
 }
