@@ -143,9 +143,9 @@ func hostModule(ctx context.Context, rt wazero.Runtime) (api.Module, error) {
 // the host keeps for it. A new VM is an instance whose memory starts as
 // this image, mapped copy-on-write (engine.WithImage): it costs an
 // instantiation and the pages the VM writes, not a parse of the prelude
-// nor a copy of the heap. The image is booted with wazero's fake clocks
-// and random source, so every process builds the same bytes and id, their
-// digest, names it in the states saved against it.
+// nor a copy of the heap. The image is booted on wazero's fake clocks and
+// random source, so every process of a build makes the same bytes; id, a
+// digest of them, names the image in the states saved against it.
 type image struct {
 	mem           *engine.Image
 	id            string
@@ -177,8 +177,9 @@ func (m *Manager) instantiate(ctx context.Context, v *vm, boot bool, memory func
 	cfg := wazero.NewModuleConfig().WithName("").
 		WithStartFunctions() // a reactor: _initialize is called explicitly
 	if !boot {
-		// performance.now() counts from the image's boot, whose clock
-		// read 0: the VMs' clock counts from the Manager's start.
+		// QuickJS takes performance.now()'s origin at boot, where the
+		// fake clock read about 0; counting the VMs' monotonic clock from
+		// the Manager's start makes performance.now() the time since then.
 		cfg = cfg.WithSysWalltime().WithNanotime(m.nanotime, 1).WithSysNanosleep().
 			WithRandSource(rand.Reader)
 	}
