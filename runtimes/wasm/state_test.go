@@ -150,36 +150,42 @@ func TestStateSurvivesRestart(t *testing.T) {
 // TestCorruptedStateRefused: a damaged or truncated state file is refused
 // with a clear error, and the context starts fresh; the sandbox lives on.
 func TestCorruptedStateRefused(t *testing.T) {
-	for _, damage := range []string{"corrupted", "truncated", "empty"} {
-		t.Run(damage, func(t *testing.T) {
-			rt := setupState(t)
-			sb, spec := newStateSandbox(t, rt, nil)
-			runCode(t, sb, "python", "x = 41")
-			require.NoError(t, sb.Pause(context.Background()))
-			files, _ := filepath.Glob(filepath.Join(spec.Dir, "state", "*.state"))
-			for _, f := range files {
-				if filepath.Base(f) == "contexts.state" {
-					continue
+	langs := []struct{ lang, set, fresh, want string }{
+		{"python", "x = 41", "'x' in dir()", "=False\n"},
+		{"javascript", "var x = 41", "typeof x", "='undefined'\n"},
+	}
+	for _, l := range langs {
+		for _, damage := range []string{"corrupted", "truncated", "empty"} {
+			t.Run(l.lang+"/"+damage, func(t *testing.T) {
+				rt := setupState(t)
+				sb, spec := newStateSandbox(t, rt, nil)
+				runCode(t, sb, l.lang, l.set)
+				require.NoError(t, sb.Pause(context.Background()))
+				files, _ := filepath.Glob(filepath.Join(spec.Dir, "state", "*.state"))
+				for _, f := range files {
+					if filepath.Base(f) == "contexts.state" {
+						continue
+					}
+					b, err := os.ReadFile(f)
+					require.NoError(t, err)
+					switch damage {
+					case "corrupted":
+						b[len(b)/2] ^= 0xff
+					case "truncated":
+						b = b[:len(b)/3]
+					case "empty":
+						b = nil
+					}
+					require.NoError(t, os.WriteFile(f, b, 0o644))
 				}
-				b, err := os.ReadFile(f)
-				require.NoError(t, err)
-				switch damage {
-				case "corrupted":
-					b[len(b)/2] ^= 0xff
-				case "truncated":
-					b = b[:len(b)/3]
-				case "empty":
-					b = nil
-				}
-				require.NoError(t, os.WriteFile(f, b, 0o644))
-			}
-			require.NoError(t, sb.Resume(context.Background()))
-			got := runCode(t, sb, "python", "x")
-			require.Contains(t, got.text(), "the saved state of this context was refused")
-			require.Contains(t, got.text(), map[string]string{"corrupted": "checksum mismatch", "truncated": "truncated", "empty": "truncated"}[damage])
-			got = runCode(t, sb, "python", "'x' in dir()")
-			require.Equal(t, "=False\n", got.text())
-		})
+				require.NoError(t, sb.Resume(context.Background()))
+				got := runCode(t, sb, l.lang, "x")
+				require.Contains(t, got.text(), "the saved state of this context was refused")
+				require.Contains(t, got.text(), map[string]string{"corrupted": "checksum mismatch", "truncated": "truncated", "empty": "truncated"}[damage])
+				got = runCode(t, sb, l.lang, l.fresh)
+				require.Equal(t, l.want, got.text())
+			})
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"context"
+	"slices"
 	"testing"
 
 	"github.com/tetratelabs/wazero"
@@ -30,8 +31,24 @@ var tinyModule = []byte{
 	0x0b, 0x08, 0x01, 0x00, 0x41, 0x10, 0x0b, 0x02, 'h', 'i',
 }
 
+// withDataCount is tinyModule with a data count section (as modules built
+// with bulk memory have) before its code section.
+func withDataCount() []byte {
+	code := bytes.Index(tinyModule, []byte{0x0a, 0x13, 0x02})
+	return slices.Concat(tinyModule[:code], []byte{0x0c, 0x01, 0x01}, tinyModule[code:])
+}
+
 func TestSplitData(t *testing.T) {
-	stripped, segs, err := SplitData(tinyModule)
+	for _, tc := range []struct {
+		name string
+		bin  []byte
+	}{{"data", tinyModule}, {"data count", withDataCount()}} {
+		t.Run(tc.name, func(t *testing.T) { testSplitData(t, tc.bin) })
+	}
+}
+
+func testSplitData(t *testing.T, bin []byte) {
+	stripped, segs, err := SplitData(bin)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +72,7 @@ func TestSplitData(t *testing.T) {
 		t.Errorf("WriteData: %q", b)
 	}
 
-	for _, bad := range [][]byte{nil, []byte("\x00asm"), tinyModule[:len(tinyModule)-3]} {
+	for _, bad := range [][]byte{nil, []byte("\x00asm"), bin[:len(bin)-3]} {
 		if _, _, err := SplitData(bad); err == nil {
 			t.Errorf("SplitData(%d bytes) accepted a malformed module", len(bad))
 		}

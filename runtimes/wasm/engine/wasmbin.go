@@ -17,12 +17,13 @@ type DataSegment struct {
 // segments, and the segments it held. Instances of the stripped module start
 // with zeroed memory, so a host can fill it from a memory image without
 // first paying (and dirtying pages for) the data segments; a host that
-// starts from scratch writes the segments itself.
+// starts from scratch writes the segments itself. A data count section
+// (bulk memory) says zero segments in the copy: if the module's code
+// refers to a segment (memory.init, data.drop), the copy does not compile.
 //
 // # Errors
-// When bin is not a well-formed module, when a segment is passive or its
-// offset is not a constant, or when the module has a data count section
-// (bulk-memory code may refer to segments).
+// When bin is not a well-formed module, or when a segment is passive or
+// its offset is not a constant.
 func SplitData(bin []byte) (stripped []byte, segs []DataSegment, err error) {
 	if len(bin) < 8 || string(bin[:4]) != "\x00asm" {
 		return nil, nil, errors.New("wasm: not a module")
@@ -40,7 +41,7 @@ func SplitData(bin []byte) (stripped []byte, segs []DataSegment, err error) {
 		next := p + 1 + n + int(size)
 		switch id {
 		case 12:
-			return nil, nil, errors.New("wasm: data count section present (bulk memory): cannot split data")
+			out = append(out, 12, 1, 0) // the data count: no segments
 		case 11:
 			segs, err = parseData(body)
 			if err != nil {

@@ -14,8 +14,8 @@ import (
 	"os"
 	"path"
 	"sync"
+	"time"
 
-	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/hybox-dev/hybox/execd"
@@ -67,12 +67,16 @@ func (o Options) Validate() error {
 type Manager struct {
 	opts    Options
 	eng     *engine.Engine
-	cm      wazero.CompiledModule
+	mod     *engine.ImageModule // QuickJS without its data segments
 	env     api.Module
 	prelude string
+	started time.Time // the origin of the VMs' monotonic clock
 
 	ver versionCache
 
+	// viewMu is held (read) while an instance maps the image or a save
+	// reads it; Close takes it to close the image.
+	viewMu  sync.RWMutex
 	imgOnce sync.Once
 	img     *image
 	imgErr  error
@@ -97,7 +101,7 @@ func NewManager(ctx context.Context, opts Options) (*Manager, error) {
 	if opts.OutputLimitBytes == 0 {
 		opts.OutputLimitBytes = DefaultOutputLimitBytes
 	}
-	cm, err := opts.Engine.Compile(ctx, engine.QuickJS)
+	mod, err := opts.Engine.CompileForImages(ctx, engine.QuickJS)
 	if err != nil {
 		return nil, err
 	}
@@ -105,7 +109,7 @@ func NewManager(ctx context.Context, opts Options) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Manager{opts: opts, eng: opts.Engine, cm: cm, env: env, prelude: preludeJS}
+	m := &Manager{opts: opts, eng: opts.Engine, mod: mod, env: env, prelude: preludeJS, started: time.Now()}
 	if _, err := m.image(ctx); err != nil {
 		_ = env.Close(ctx)
 		return nil, err
@@ -113,15 +117,22 @@ func NewManager(ctx context.Context, opts Options) (*Manager, error) {
 	return m, nil
 }
 
-// Close releases the Manager's host module. Interpreters it created should
-// be closed first. It is safe to call more than once.
+// Close releases the Manager's memory image and host module. Interpreters
+// it created should be closed first (on Linux those still open keep the
+// image's pages they map, but can no longer be saved). It is safe to call
+// more than once.
 func (m *Manager) Close() error {
+	m.viewMu.Lock()
+	defer m.viewMu.Unlock()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
 		return nil
 	}
 	m.closed = true
+	if m.img != nil {
+		_ = m.img.mem.Close()
+	}
 	return m.env.Close(context.Background())
 }
 

@@ -1,16 +1,17 @@
 package jsguest
 
-// Interpreter state as data. A JavaScript context's state is its whole
-// linear memory (as the pages that are not zero: QuickJS's heap is a few
-// MiB), its stack pointer, and what the host keeps for the VM: the
-// QuickJS runtime and context pointers, the prelude's box, the scratch
-// buffer and the working directory. Being a diff against zeros, it does
-// not depend on the image of the process that saved it.
+// Interpreter state as data. A JavaScript context's state is its linear
+// memory as the pages that differ from the image it was cloned from (the
+// pages it wrote, engine.ImageMemory.Diff), its stack pointer, and what
+// the host keeps for the VM: the QuickJS runtime and context pointers, the
+// prelude's box, the scratch buffer and the working directory. The image
+// is the same in every process of the same build (see image), so a state
+// names it by its digest and is refused against another. States saved
+// before contexts were clones (whole memory as a diff against zeros, no
+// base) are still restored, into a memory of their own.
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -38,7 +39,7 @@ type vmHost struct {
 // Close. nil, nil: the context has no live VM (it will start fresh).
 //
 // # Errors
-// ErrClosed; a failure of the VM.
+// ErrClosed (also after the Manager's Close); a failure of the VM.
 func (m *Manager) SaveState(ctx context.Context, ei execd.Interpreter) (st *engine.State, err error) {
 	it, ok := ei.(*interpreter)
 	if !ok {
@@ -71,8 +72,22 @@ func (m *Manager) SaveState(ctx context.Context, ei execd.Interpreter) (st *engi
 		return nil, fmt.Errorf("%w: cannot read memory", errTrap)
 	}
 	sp := v.mod.ExportedGlobal("__stack_pointer")
-	return &engine.State{Kind: stateKind, Size: uint64(len(mem)), Globals: []uint64{sp.Get()},
-		Host: host, Pages: engine.Diff(mem, nil)}, nil
+	st = &engine.State{Kind: stateKind, Size: uint64(len(mem)), Globals: []uint64{sp.Get()}, Host: host}
+	if v.imem == nil { // restored from a state without a base
+		st.Pages = engine.Diff(mem, nil)
+		return st, nil
+	}
+	// The image stays mapped until the diff is taken: Close waits.
+	m.viewMu.RLock()
+	defer m.viewMu.RUnlock()
+	if m.isClosed() {
+		return nil, ErrClosed
+	}
+	if st.Pages, err = v.imem.Diff(m.img.mem, mem); err != nil {
+		return nil, err
+	}
+	st.Base = m.img.id
+	return st, nil
 }
 
 // RestoreInterpreter makes a context from st, saved by SaveState (in this
@@ -81,14 +96,12 @@ func (m *Manager) SaveState(ctx context.Context, ei execd.Interpreter) (st *engi
 // fork must not repeat its parent's numbers).
 //
 // # Errors
-// engine.ErrState when st is not a saved JavaScript context or does not
-// fit memLimitBytes; ErrClosed.
+// engine.ErrState when st is not a saved JavaScript context, was saved
+// against another image of the interpreter, or does not fit
+// memLimitBytes; ErrClosed.
 func (m *Manager) RestoreInterpreter(ctx context.Context, root *os.Root, memLimitBytes int64, eg engine.Egress, st *engine.State, reseed bool) (_ execd.Interpreter, err error) {
-	if m.isClosed() {
-		return nil, ErrClosed
-	}
 	var h vmHost
-	if st.Kind != stateKind || len(st.Globals) != 1 || json.Unmarshal(st.Host, &h) != nil || st.Base != "" {
+	if st.Kind != stateKind || len(st.Globals) != 1 || json.Unmarshal(st.Host, &h) != nil {
 		return nil, fmt.Errorf("%w: not a saved JavaScript context", engine.ErrState)
 	}
 	if memLimitBytes <= 0 {
@@ -97,8 +110,21 @@ func (m *Manager) RestoreInterpreter(ctx context.Context, root *os.Root, memLimi
 	if lin := linearLimit(memLimitBytes); st.Size > uint64(lin) {
 		return nil, fmt.Errorf("%w: the saved context needs %d bytes of memory, more than the limit of %d", engine.ErrState, st.Size, lin)
 	}
+	m.viewMu.RLock()
+	defer m.viewMu.RUnlock()
+	if m.isClosed() {
+		return nil, ErrClosed
+	}
 	v := &vm{memLimit: memLimitBytes, cwd: cleanCwd(h.Cwd), root: root, egress: eg}
-	if err := m.instantiate(ctx, v, memLimitBytes); err != nil {
+	switch st.Base {
+	case m.img.id:
+		err = m.clone(ctx, v, m.img, memLimitBytes)
+	case "":
+		err = m.instantiate(ctx, v, false, withLinearLimit(memLimitBytes))
+	default:
+		return nil, fmt.Errorf("%w: saved against another memory image of the interpreter (%.8s, this server runs %.8s)", engine.ErrState, st.Base, m.img.id)
+	}
+	if err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -117,11 +143,14 @@ func (m *Manager) RestoreInterpreter(ctx context.Context, root *os.Root, memLimi
 			return nil, fmt.Errorf("%w: the saved context needs %d bytes of memory, more than the limit allows", engine.ErrState, st.Size)
 		}
 	}
-	buf, _ := v.mem.Read(0, v.mem.Size())
-	clear(buf) // the module's data segments: the saved memory has its own
-	if err := st.Apply(buf); err != nil {
-		v.close()
-		return nil, err
+	// Mapped from the state's file copy-on-write when it was mapped
+	// (engine.MapStateFile) over a clone, else copied.
+	if v.imem == nil || !v.imem.Overlay(st) {
+		buf, _ := v.mem.Read(0, v.mem.Size())
+		if err := st.Apply(buf); err != nil {
+			v.close()
+			return nil, err
+		}
 	}
 	sp, ok := v.mod.ExportedGlobal("__stack_pointer").(api.MutableGlobal)
 	if !ok {
@@ -131,17 +160,12 @@ func (m *Manager) RestoreInterpreter(ctx context.Context, root *os.Root, memLimi
 	sp.Set(st.Globals[0])
 	v.call(v.mod.ExportedFunction("qjs_set_runtime_and_context"), uint64(h.Runtime), uint64(h.Context))
 	v.hy, v.scratch = h.Hy, h.Scratch
-	v.call(v.mod.ExportedFunction("qjs_set_memory_limit"), uint64(uint32(min(memLimitBytes, 1<<32-1))))
+	v.setMemoryLimit(memLimitBytes)
 	if reseed {
-		var seed [16]byte
-		_, _ = rand.Read(seed[:])
-		r := v.hyCall("seed", hex.EncodeToString(seed[:]))
-		if v.isException(r) {
-			err := v.initError("seed")
+		if err := v.reseed(); err != nil {
 			v.close()
 			return nil, err
 		}
-		v.freeValue(r)
 	}
 	return &interpreter{m: m, root: root, cwd: v.cwd, memLimit: memLimitBytes, egress: eg, vm: v}, nil
 }

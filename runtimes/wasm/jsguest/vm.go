@@ -1,9 +1,9 @@
 package jsguest
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -80,9 +80,10 @@ type exports struct {
 // vm is one QuickJS runtime and context inside one wasm instance. It is used
 // by one goroutine at a time.
 type vm struct {
-	mod api.Module
-	mem api.Memory
-	x   exports
+	mod  api.Module
+	mem  api.Memory
+	imem *engine.ImageMemory // the memory's handle when it started from the image
+	x    exports
 
 	// ctx is passed to every call into the guest; it carries the vm for the
 	// host functions and, during a run, can be cancelled to kill the module.
@@ -138,11 +139,16 @@ func hostModule(ctx context.Context, rt wazero.Runtime) (api.Module, error) {
 }
 
 // image is the memory of a fully initialised VM (QuickJS runtime and
-// context created, host functions and prelude installed). New VMs are clones
-// of it: instantiating and copying memory costs far less than parsing the
-// prelude again.
+// context created, host functions and prelude installed) and the pointers
+// the host keeps for it. A new VM is an instance whose memory starts as
+// this image, mapped copy-on-write (engine.WithImage): it costs an
+// instantiation and the pages the VM writes, not a parse of the prelude
+// nor a copy of the heap. The image is booted on wazero's fake clocks and
+// random source, so every process of a build makes the same bytes; id, a
+// digest of them, names the image in the states saved against it.
 type image struct {
-	mem           []byte
+	mem           *engine.Image
+	id            string
 	stackPointer  uint64
 	rtPtr, ctxPtr uint32
 	hy, scratch   uint32
@@ -152,9 +158,12 @@ type image struct {
 // capped at memLimit bytes.
 func linearLimit(memLimit int64) int64 { return memLimit + memLimit/4 + 16<<20 }
 
-// instantiate creates a wasm instance of the guest for v, whose linear
-// memory is capped for a JS heap of memLimit bytes.
-func (m *Manager) instantiate(ctx context.Context, v *vm, memLimit int64) error {
+// instantiate creates a wasm instance of the guest for v. memory, when
+// not nil, sets up the instance's linear memory on the context of the
+// instantiation (engine.WithImage, engine.WithMemoryLimit). Only the
+// image's boot instance (boot) runs on wazero's deterministic clocks and
+// random source; every VM has the real ones.
+func (m *Manager) instantiate(ctx context.Context, v *vm, boot bool, memory func(context.Context) context.Context) error {
 	v.ctx = context.WithValue(context.WithoutCancel(ctx), vmKey{}, v)
 	ictx := experimental.WithImportResolver(v.ctx, func(name string) api.Module {
 		if name == "env" {
@@ -162,17 +171,19 @@ func (m *Manager) instantiate(ctx context.Context, v *vm, memLimit int64) error 
 		}
 		return nil
 	})
-	if memLimit > 0 {
-		// The linear memory gets headroom over the JS heap limit for the
-		// allocator, the stack and static data, so QuickJS's own limit
-		// is the one that normally fires.
-		ictx = engine.WithMemoryLimit(ictx, linearLimit(memLimit))
+	if memory != nil {
+		ictx = memory(ictx)
 	}
 	cfg := wazero.NewModuleConfig().WithName("").
-		WithSysWalltime().WithSysNanotime().WithSysNanosleep().
-		WithRandSource(rand.Reader).
 		WithStartFunctions() // a reactor: _initialize is called explicitly
-	mod, err := m.eng.RuntimeFor(engine.QuickJS).InstantiateModule(ictx, m.cm, cfg)
+	if !boot {
+		// QuickJS takes performance.now()'s origin at boot, where the
+		// fake clock read about 0; counting the VMs' monotonic clock from
+		// the Manager's start makes performance.now() the time since then.
+		cfg = cfg.WithSysWalltime().WithNanotime(m.nanotime, 1).WithSysNanosleep().
+			WithRandSource(rand.Reader)
+	}
+	mod, err := m.eng.RuntimeFor(engine.QuickJS).InstantiateModule(ictx, m.mod.Module, cfg)
 	if err != nil {
 		return fmt.Errorf("instantiate quickjs: %w", err)
 	}
@@ -185,10 +196,27 @@ func (m *Manager) instantiate(ctx context.Context, v *vm, memLimit int64) error 
 	return nil
 }
 
+// nanotime is the VMs' monotonic clock: nanoseconds since the Manager
+// was made.
+func (m *Manager) nanotime() int64 { return int64(time.Since(m.started)) }
+
+// withLinearLimit caps the linear memory of a VM whose JS heap is capped
+// at memLimit bytes (0 = no cap). The linear memory gets headroom over the
+// JS heap limit for the allocator, the stack and static data, so QuickJS's
+// own limit is the one that normally fires.
+func withLinearLimit(memLimit int64) func(context.Context) context.Context {
+	return func(ctx context.Context) context.Context {
+		if memLimit <= 0 {
+			return ctx
+		}
+		return engine.WithMemoryLimit(ctx, linearLimit(memLimit))
+	}
+}
+
 // boot builds the image: it initialises a VM from scratch.
 func (m *Manager) boot(ctx context.Context) (img *image, err error) {
 	v := &vm{cwd: "/"}
-	if err := m.instantiate(ctx, v, 0); err != nil {
+	if err := m.instantiate(ctx, v, true, nil); err != nil {
 		return nil, err
 	}
 	defer v.close()
@@ -201,6 +229,9 @@ func (m *Manager) boot(ctx context.Context) (img *image, err error) {
 			img, err = nil, t.err
 		}
 	}()
+	if err := engine.WriteData(v.mem, m.mod.Data); err != nil {
+		return nil, fmt.Errorf("%w: %w", errTrap, err)
+	}
 	v.call(v.mod.ExportedFunction("_initialize"))
 	if rc := int32(v.call(v.mod.ExportedFunction("qjs_init"))); rc != 0 {
 		return nil, fmt.Errorf("%w: qjs_init returned %d", errTrap, rc)
@@ -234,19 +265,59 @@ func (m *Manager) boot(ctx context.Context) (img *image, err error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: cannot read memory", errTrap)
 	}
-	img.mem = bytes.Clone(b)
+	sum := sha256.Sum256(b)
+	img.id = hex.EncodeToString(sum[:16])
+	if img.mem, err = engine.NewImage(b); err != nil {
+		return nil, fmt.Errorf("quickjs image: %w", err)
+	}
 	return img, nil
+}
+
+// clone instantiates v with its memory started from img, copy-on-write,
+// and capped for a JS heap of memLimit bytes (0 = none), at rest: the
+// stack pointer is the image's. The caller holds m.viewMu (read) so that
+// the image stays open until the instance has mapped it.
+func (m *Manager) clone(ctx context.Context, v *vm, img *image, memLimit int64) error {
+	lim := &engine.MemoryLimit{}
+	if memLimit > 0 {
+		lim.Set(linearLimit(memLimit))
+	}
+	err := m.instantiate(ctx, v, false, func(ictx context.Context) context.Context {
+		ictx, v.imem = engine.WithImage(ictx, img.mem, lim)
+		return ictx
+	})
+	if err != nil {
+		return err
+	}
+	if have := v.mem.Size() / 65536; have < img.mem.Pages() {
+		if _, ok := v.mem.Grow(img.mem.Pages() - have); !ok {
+			v.close()
+			return fmt.Errorf("jsguest: a JS heap limit of %d bytes caps the memory at %d bytes, below the interpreter's image of %d", memLimit, lim.Get(), img.mem.Size())
+		}
+	}
+	sp, ok := v.mod.ExportedGlobal("__stack_pointer").(api.MutableGlobal)
+	if !ok {
+		v.close()
+		return fmt.Errorf("%w: __stack_pointer is not mutable", errTrap)
+	}
+	sp.Set(img.stackPointer)
+	return nil
 }
 
 // newVM returns a fresh VM cloned from the Manager's image, with a JS heap
 // limit of memLimit bytes (0 = none).
 func (m *Manager) newVM(ctx context.Context, memLimit int64) (v *vm, err error) {
+	m.viewMu.RLock()
+	defer m.viewMu.RUnlock()
+	if m.isClosed() {
+		return nil, ErrClosed
+	}
 	img, err := m.image(ctx)
 	if err != nil {
 		return nil, err
 	}
 	v = &vm{memLimit: memLimit, cwd: "/"}
-	if err := m.instantiate(ctx, v, memLimit); err != nil {
+	if err := m.clone(ctx, v, img, memLimit); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -259,38 +330,34 @@ func (m *Manager) newVM(ctx context.Context, memLimit int64) (v *vm, err error) 
 			v, err = nil, t.err
 		}
 	}()
-	if have := v.mem.Size(); have < uint32(len(img.mem)) {
-		if _, ok := v.mem.Grow((uint32(len(img.mem)) - have + 65535) / 65536); !ok {
-			v.close()
-			return nil, fmt.Errorf("%w: memory limit too small for the interpreter", errTrap)
-		}
-	}
-	if !v.mem.Write(0, img.mem) {
-		v.close()
-		return nil, fmt.Errorf("%w: cannot write memory", errTrap)
-	}
-	sp, ok := v.mod.ExportedGlobal("__stack_pointer").(api.MutableGlobal)
-	if !ok {
-		v.close()
-		return nil, fmt.Errorf("%w: __stack_pointer is not mutable", errTrap)
-	}
-	sp.Set(img.stackPointer)
 	v.call(v.mod.ExportedFunction("qjs_set_runtime_and_context"), uint64(img.rtPtr), uint64(img.ctxPtr))
 	v.hy, v.scratch = img.hy, img.scratch
 	if memLimit > 0 {
-		v.call(v.mod.ExportedFunction("qjs_set_memory_limit"), uint64(uint32(min(memLimit, 1<<32-1))))
+		v.setMemoryLimit(memLimit)
 	}
-	// Clones share the image's PRNG state: give each its own seed.
+	if err := v.reseed(); err != nil {
+		v.close()
+		return nil, err
+	}
+	return v, nil
+}
+
+// setMemoryLimit sets QuickJS's own heap limit.
+func (v *vm) setMemoryLimit(memLimit int64) {
+	v.call(v.mod.ExportedFunction("qjs_set_memory_limit"), uint64(uint32(min(memLimit, 1<<32-1))))
+}
+
+// reseed gives Math.random a new seed: clones share the image's generator
+// state, and a fork must not repeat its parent's numbers.
+func (v *vm) reseed() error {
 	var seed [16]byte
 	_, _ = rand.Read(seed[:])
 	r := v.hyCall("seed", hex.EncodeToString(seed[:]))
 	if v.isException(r) {
-		err := v.initError("seed")
-		v.close()
-		return nil, err
+		return v.initError("seed")
 	}
 	v.freeValue(r)
-	return v, nil
+	return nil
 }
 
 // bind looks up the exports.
@@ -341,8 +408,15 @@ func (v *vm) close() {
 	v.dead = true
 }
 
-// call calls f and returns its first result. A wasm failure panics with trap.
+// call calls f and returns its first result. A wasm failure panics with
+// trap, and so does a call into a closed instance: QuickJS runs without
+// wazero's closed-module checks, and a closed instance's memory may be
+// unmapped (engine.WithImage).
 func (v *vm) call(f api.Function, args ...uint64) uint64 {
+	if v.mod.IsClosed() {
+		v.dead = true
+		panic(trap{fmt.Errorf("%w: the instance is closed", errTrap)})
+	}
 	res, err := f.Call(v.ctx, args...)
 	if err != nil {
 		v.dead = true

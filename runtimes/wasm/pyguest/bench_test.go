@@ -1,15 +1,12 @@
 package pyguest
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
-	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,18 +15,8 @@ import (
 
 	"github.com/hybox-dev/hybox/execd"
 	"github.com/hybox-dev/hybox/runtimes/wasm/engine"
+	"github.com/hybox-dev/hybox/runtimes/wasm/wasmtest"
 )
-
-// reportPercentiles adds p50 and p90 of ds (in ms) to the benchmark output.
-func reportPercentiles(b *testing.B, ds []time.Duration) {
-	if len(ds) == 0 {
-		return
-	}
-	slices.Sort(ds)
-	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-	b.ReportMetric(ms(ds[len(ds)/2]), "p50-ms")
-	b.ReportMetric(ms(ds[len(ds)*9/10]), "p90-ms")
-}
 
 // BenchmarkNewContextFirstResult measures a new context of the source
 // build taken from the ready clones (refilled, untimed, between
@@ -68,7 +55,7 @@ func benchNewContext(b *testing.B, opts Options) {
 		_ = it.Close()
 		b.StartTimer()
 	}
-	reportPercentiles(b, ds)
+	wasmtest.ReportPercentiles(b, ds, 50, 90)
 }
 
 // BenchmarkClaimAndFirstResultNPM measures a new context of the npm build
@@ -102,7 +89,7 @@ func BenchmarkClaimAndFirstResultNPM(b *testing.B) {
 		}
 		_ = it.Close()
 	}
-	reportPercentiles(b, ds)
+	wasmtest.ReportPercentiles(b, ds, 50, 90)
 }
 
 // BenchmarkWarmRun measures `1+1` in a live context of the source build.
@@ -137,7 +124,7 @@ func BenchmarkFib27Native(b *testing.B) {
 		}
 		ds = append(ds, time.Duration(sec*float64(time.Second)))
 	}
-	reportPercentiles(b, ds)
+	wasmtest.ReportPercentiles(b, ds, 50, 90)
 }
 
 func benchWarm(b *testing.B, m *Manager, code string) {
@@ -153,7 +140,7 @@ func benchWarm(b *testing.B, m *Manager, code string) {
 		}
 		ds = append(ds, time.Since(start))
 	}
-	reportPercentiles(b, ds)
+	wasmtest.ReportPercentiles(b, ds, 50, 90)
 }
 
 // BenchmarkInterrupt measures how long `while True: pass` takes to stop
@@ -185,7 +172,7 @@ func BenchmarkInterrupt(b *testing.B) {
 	if got := plain(b, mustRun(b, it, "x + 1")); got != "42" {
 		b.Fatalf("x + 1 = %q after interrupts", got)
 	}
-	reportPercentiles(b, ds)
+	wasmtest.ReportPercentiles(b, ds, 50, 90)
 }
 
 func mustRun(t testing.TB, it execd.Interpreter, code string) *recorder {
@@ -197,51 +184,12 @@ func mustRun(t testing.TB, it execd.Interpreter, code string) *recorder {
 	return rec
 }
 
-// rssBytes returns this process's resident set size, or 0 when unknown.
-func rssBytes() int64 {
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if v, ok := strings.CutPrefix(s.Text(), "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
-}
-
-// memStats returns this process's resident and proportional set sizes.
-func memStats() (rss, pss int64) {
-	b, err := os.ReadFile("/proc/self/smaps_rollup")
-	if err != nil {
-		return rssBytes(), 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		kb, _ := strconv.ParseInt(f[1], 10, 64)
-		switch f[0] {
-		case "Rss:":
-			rss = kb << 10
-		case "Pss:":
-			pss = kb << 10
-		}
-	}
-	return rss, pss
-}
-
 // TestFootprint reports the memory of fresh and of idle contexts of the
 // source build (it logs; it fails only when a context does not answer).
 func TestFootprint(t *testing.T) {
 	m := newManager(t, Options{})
 	root, _ := newRoot(t)
-	its := make([]execd.Interpreter, 0, 100)
+	its := make([]execd.Interpreter, 0, 101)
 	one := func() {
 		it := newInterp(t, m, root, "/", 0)
 		if got := plain(t, mustRun(t, it, "1+1")); got != "2" {
@@ -249,22 +197,9 @@ func TestFootprint(t *testing.T) {
 		}
 		its = append(its, it)
 	}
-	one() // warm the host's caches
-	runtime.GC()
-	rss0, pss0 := memStats()
-	one()
-	rss1, pss1 := memStats()
-	for len(its) < 101 {
-		one()
-	}
-	runtime.GC()
-	rss2, pss2 := memStats()
-	mib := func(v int64) float64 { return float64(v) / (1 << 20) }
+	wasmtest.Footprint(t, one)
 	lin := its[0].(*reactorInterp).LinearMemoryBytes()
-	t.Logf("linear memory of a context %.1f MiB (shared with the image until written)", mib(int64(lin)))
-	t.Logf("a fresh context after 1+1: RSS +%.2f MiB, PSS +%.2f MiB", mib(rss1-rss0), mib(pss1-pss0))
-	t.Logf("100 idle contexts: RSS +%.1f MiB, PSS +%.1f MiB (%.2f / %.2f MiB each)",
-		mib(rss2-rss0), mib(pss2-pss0), mib(rss2-rss0)/100, mib(pss2-pss0)/100)
+	t.Logf("linear memory of a context %.1f MiB (shared with the image until written)", float64(lin)/(1<<20))
 }
 
 // BenchmarkGuestStart measures starting one pooled guest (the interpreter,
@@ -285,7 +220,7 @@ func BenchmarkGuestStart(b *testing.B) {
 		inst.kill(ErrClosed)
 		b.StartTimer()
 	}
-	reportPercentiles(b, ds)
+	wasmtest.ReportPercentiles(b, ds, 50, 90)
 }
 
 // BenchmarkCommandStart measures `python3 -c pass` as a shell command.
@@ -302,7 +237,7 @@ func BenchmarkCommandStart(b *testing.B) {
 		}
 		ds = append(ds, time.Since(start))
 	}
-	reportPercentiles(b, ds)
+	wasmtest.ReportPercentiles(b, ds, 50, 90)
 }
 
 // BenchmarkBurst50 creates 50 contexts at once, each running `1+1`, and
@@ -328,9 +263,7 @@ func benchBurst(b *testing.B, opts Options) {
 		b.StartTimer()
 		ds = append(ds, burst(b, m, root, 50)...)
 	}
-	slices.Sort(ds)
-	b.ReportMetric(float64(ds[len(ds)/2])/1e6, "p50-ms")
-	b.ReportMetric(float64(ds[len(ds)*99/100])/1e6, "p99-ms")
+	wasmtest.ReportPercentiles(b, ds, 50, 99)
 }
 
 // burst creates n contexts concurrently; each must answer `1+1` with 2.
