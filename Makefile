@@ -92,7 +92,7 @@ k8s-down:
 # `make test` runs it when the binaries are already built (test-k8s-cached); there
 # (`go test ./...`) these tests skip unless a cluster is up.
 # As root a cluster that cannot be built is a failure here.
-test-k8s:
+test-k8s: guests
 	@./scripts/k8s/install-deps.sh
 	$(K8S_ENV) HYBOX_K8S_UP=1 $(if $(IS_ROOT),HYBOX_REQUIRE_K8S=1) $(GO) test -trimpath -timeout 45m ./runtimes/k8s/...
 

@@ -33,12 +33,13 @@ type config struct {
 	ImageRules     []runtimes.ImageRule `toml:"image_rules"`
 	// AllowedHostPaths are the host directories (and what is below them)
 	// that sandboxes of every tier may mount as host volumes.
-	AllowedHostPaths []string     `toml:"allowed_host_paths"`
-	Wasm             wasmConfig   `toml:"wasm"`
-	OCI              ociConfig    `toml:"oci"`
-	Egress           egressConfig `toml:"egress"`
-	Vault            vaultConfig  `toml:"vault"`
-	Pools            []poolConfig `toml:"pools"`
+	AllowedHostPaths []string         `toml:"allowed_host_paths"`
+	Wasm             wasmConfig       `toml:"wasm"`
+	OCI              ociConfig        `toml:"oci"`
+	Egress           egressConfig     `toml:"egress"`
+	Vault            vaultConfig      `toml:"vault"`
+	Pools            []poolConfig     `toml:"pools"`
+	Kubernetes       kubernetesConfig `toml:"kubernetes"`
 }
 
 // poolConfig is one [[pools]] entry: a warm pool of containers.
@@ -192,6 +193,7 @@ func loadConfig(path string, getenv func(string) string) (*config, error) {
 			c.AllowedHostPaths = strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ':' })
 			return nil
 		}},
+		{"HYBOX_KUBECONFIG", func(v string) error { c.Kubernetes.Kubeconfig = v; return nil }},
 		{"HYBOX_INSECURE", func(v string) error {
 			b, err := strconv.ParseBool(v)
 			c.Insecure = b

@@ -31,6 +31,8 @@ func newServeCmd() *cobra.Command {
 	var (
 		cfgPath, addr, dataDir, apiKey, apiKeyFile, guestDir, publicHost string
 		containerdAddr, runscBinary, execdBinary, ingressDomain          string
+		kubernetes                                                       bool
+		kubeconfig                                                       string
 		insecure                                                         bool
 		vaultKeyFile, egressRootCAFile                                   string
 		dnsUpstreams                                                     []string
@@ -72,6 +74,12 @@ func newServeCmd() *cobra.Command {
 			if f.Changed("containerd") {
 				cfg.OCI.Address = containerdAddr
 			}
+			if f.Changed("kubernetes") {
+				cfg.Kubernetes.Enabled = kubernetes
+			}
+			if f.Changed("kubeconfig") {
+				cfg.Kubernetes.Kubeconfig, cfg.Kubernetes.Enabled = kubeconfig, true
+			}
 			if f.Changed("runsc-binary") {
 				cfg.OCI.RunscBinary = runscBinary
 			}
@@ -107,6 +115,8 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&guestDir, "guest-dir", "", "directory with python.wasm and quickjs.wasm (env HYBOX_GUEST_DIR)")
 	f.StringVar(&publicHost, "public-host", "", "host[:port] written into sandbox endpoints (env HYBOX_PUBLIC_HOST)")
 	f.StringVar(&containerdAddr, "containerd", "", "containerd socket for container sandboxes (env HYBOX_CONTAINERD_ADDRESS; empty = wasm only)")
+	f.BoolVar(&kubernetes, "kubernetes", false, "container sandboxes as Pods of a Kubernetes cluster ([kubernetes] in the config; the local containerd is then not used)")
+	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of that cluster; implies --kubernetes (env HYBOX_KUBECONFIG; default: in-cluster)")
 	f.StringVar(&runscBinary, "runsc-binary", "", "gVisor's runsc, built by scripts/containers/build-gvisor.sh, for runsc sandboxes (env HYBOX_RUNSC_BINARY)")
 	f.StringVar(&execdBinary, "execd-binary", "", "static hybox-execd binary (env HYBOX_EXECD_BINARY; default beside hybox)")
 	f.StringVar(&ingressDomain, "ingress-domain", "", "route <id>-<port>.<domain> to sandbox ports (env HYBOX_INGRESS_DOMAIN)")
@@ -193,7 +203,15 @@ func serve(ctx context.Context, cfg *config) error {
 	log.Info("guests ready", "dir", guestDir, "python", wrt.PythonGuest(), "took", time.Since(start).Round(time.Millisecond))
 	rts := []runtimes.Runtime{wrt}
 	var images runtimes.ImageStore
-	if cfg.OCI.Address != "" {
+	if cfg.Kubernetes.Enabled {
+		// Pods instead of local containers; an unreachable cluster leaves
+		// the wasm tier serving.
+		krts, err := kubernetesRuntimes(ctx, cfg, log)
+		if err != nil {
+			log.Warn("container sandboxes on Kubernetes are unavailable; serving wasm sandboxes only", "err", err)
+		}
+		rts = append(rts, krts...)
+	} else if cfg.OCI.Address != "" {
 		ob, err := startOCI(ctx, cfg, log)
 		if err != nil {
 			log.Warn("container sandboxes are unavailable; serving wasm sandboxes only", "err", err)
