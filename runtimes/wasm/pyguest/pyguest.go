@@ -298,30 +298,25 @@ func (m *Manager) pooledLocked() int {
 // ErrClosed when the Manager closed meanwhile; the start's.
 func (m *Manager) addOne() error {
 	if m.rx != nil {
-		ri, err := m.warmClone(m.base)
-		if err != nil {
-			return err
-		}
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if m.closed {
-			ri.close(ErrClosed)
-			return ErrClosed
-		}
-		m.ready = append(m.ready, ri)
-		return nil
+		return addPooled(m, m.warmClone, func(ri *rinstance) { ri.close(ErrClosed) }, &m.ready)
 	}
-	inst, err := m.start(m.base)
+	return addPooled(m, m.start, func(inst *instance) { inst.kill(ErrClosed) }, &m.pool)
+}
+
+// addPooled starts one with start and appends it to pool (under m.mu), or
+// discards it when the Manager closed meanwhile.
+func addPooled[T any](m *Manager, start func(context.Context) (T, error), discard func(T), pool *[]T) error {
+	x, err := start(m.base)
 	if err != nil {
 		return err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
-		inst.kill(ErrClosed)
+		discard(x)
 		return ErrClosed
 	}
-	m.pool = append(m.pool, inst)
+	*pool = append(*pool, x)
 	return nil
 }
 
