@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"time"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -40,12 +41,16 @@ type kubernetesConfig struct {
 	UnenforcedEgress bool `toml:"unenforced_egress"`
 }
 
+// kubernetesTimeout bounds every call to the API server.
+const kubernetesTimeout = 15 * time.Second
+
 // kubernetesRuntimes connects to the cluster of cfg.Kubernetes and returns
 // one runtime per configured RuntimeClass, in name order.
 //
 // # Errors
-// When the kubeconfig cannot be read, options are invalid, or the API
-// server does not answer (runtimes.ErrUnavailable).
+// When the kubeconfig cannot be read or options are invalid. An API server
+// that does not answer is not an error: the runtimes answer 503 until it
+// does.
 func kubernetesRuntimes(ctx context.Context, cfg *config, log *slog.Logger) ([]runtimes.Runtime, error) {
 	kc := cfg.Kubernetes
 	var rc *rest.Config
@@ -62,7 +67,9 @@ func kubernetesRuntimes(ctx context.Context, cfg *config, log *slog.Logger) ([]r
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes.default_memory: %w", err)
 	}
-	c, err := k8s.New(ctx, k8s.Options{Config: rc, Namespace: kc.Namespace, ExecdImage: kc.ExecdImage,
+	// No call hangs on an API server that does not answer.
+	rc.Timeout = kubernetesTimeout
+	c, err := k8s.Open(k8s.Options{Config: rc, Namespace: kc.Namespace, ExecdImage: kc.ExecdImage,
 		DefaultMemoryBytes: mem, UnenforcedEgress: kc.UnenforcedEgress, Logger: log})
 	if err != nil {
 		return nil, err
@@ -75,9 +82,14 @@ func kubernetesRuntimes(ctx context.Context, cfg *config, log *slog.Logger) ([]r
 	for _, name := range slices.Sorted(maps.Keys(classes)) {
 		out = append(out, c.Runtime(name, classes[name]))
 	}
-	have, _ := c.RuntimeClasses(ctx)
-	log.Info("container sandboxes run as Pods", "namespace", kc.Namespace, "runtimes", classes, "clusterRuntimeClasses", have,
-		"egressEnforced", false)
+	if have, err := c.RuntimeClasses(ctx); err != nil {
+		// Served anyway: its creates answer 503 with the reason until the
+		// API server answers, and the wasm tier is unaffected.
+		log.Warn("the Kubernetes API server does not answer; Pod sandboxes are unavailable until it does", "err", err)
+	} else {
+		log.Info("container sandboxes run as Pods", "namespace", kc.Namespace, "runtimes", classes, "clusterRuntimeClasses", have,
+			"egressEnforced", false)
+	}
 	if kc.UnenforcedEgress {
 		log.Warn("kubernetes.unenforced_egress is set: sandboxes' network policies are NOT enforced inside Pods")
 	}

@@ -204,8 +204,9 @@ func serve(ctx context.Context, cfg *config) error {
 	rts := []runtimes.Runtime{wrt}
 	var images runtimes.ImageStore
 	if cfg.Kubernetes.Enabled {
-		// Pods instead of local containers; an unreachable cluster leaves
-		// the wasm tier serving.
+		// Pods instead of local containers. A cluster that does not answer
+		// is served anyway (503 until it does); a bad configuration leaves
+		// the wasm tier serving alone.
 		krts, err := kubernetesRuntimes(ctx, cfg, log)
 		if err != nil {
 			log.Warn("container sandboxes on Kubernetes are unavailable; serving wasm sandboxes only", "err", err)

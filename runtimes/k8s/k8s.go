@@ -32,6 +32,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/hybox-dev/hybox/runtimes"
+	"github.com/hybox-dev/hybox/sdks/go/api"
+	"github.com/hybox-dev/hybox/sdks/go/errdefs"
 )
 
 // Labels and annotations on every object the backend makes.
@@ -111,6 +113,23 @@ const classesTTL = 30 * time.Second
 // Invalid options; runtimes.ErrUnavailable when the API server does not
 // answer.
 func New(ctx context.Context, opts Options) (*Cluster, error) {
+	c, err := Open(opts)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.RuntimeClasses(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Open is New without asking the API server anything: a cluster that does
+// not answer yet makes every call fail with runtimes.ErrUnavailable and
+// its reason, until it answers.
+//
+// # Errors
+// Invalid options.
+func Open(opts Options) (*Cluster, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
@@ -118,11 +137,7 @@ func New(ctx context.Context, opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("k8s: client: %w", err)
 	}
-	c := &Cluster{opts: opts, client: client}
-	if _, err := c.RuntimeClasses(ctx); err != nil {
-		return nil, err
-	}
-	return c, nil
+	return &Cluster{opts: opts, client: client}, nil
 }
 
 // Client is the cluster's clientset.
@@ -135,7 +150,10 @@ func (c *Cluster) Client() kubernetes.Interface { return c.client }
 func (c *Cluster) RuntimeClasses(ctx context.Context) ([]string, error) {
 	list, err := c.client.NodeV1().RuntimeClasses().List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("%w: the Kubernetes API server: %v", runtimes.ErrUnavailable, err)
+		// The reason reaches the caller (a 503 says which part is down);
+		// the address and the client's error go to the log.
+		c.opts.Logger.Warn("the Kubernetes API server does not answer", "err", err)
+		return nil, errdefs.New(api.ErrorCodeUNAVAILABLE, "the Kubernetes API server does not answer; container sandboxes on the cluster are unavailable until it does")
 	}
 	names := make([]string, 0, len(list.Items))
 	for _, rc := range list.Items {
