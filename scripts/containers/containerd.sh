@@ -202,6 +202,15 @@ stop() {
 		kill -KILL "$pid" 2>/dev/null || true
 	fi
 	rm -f "$pidfile"
+	# gVisor's shim mounts a null network namespace file in its root for each
+	# containerd namespace it served (/run/containerd/runsc/NS/null-netns);
+	# once no shim of any containerd runs, nothing uses them.
+	local m
+	if ! pgrep -f containerd-shim-runsc-v1 >/dev/null 2>&1; then
+		for m in /run/containerd/runsc/*/null-netns; do
+			if mountpoint -q "$m" 2>/dev/null; then umount "$m" 2>/dev/null || true; fi
+		done
+	fi
 }
 
 case $cmd in
