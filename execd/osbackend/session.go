@@ -244,8 +244,13 @@ func (s *session) Run(ctx context.Context, command string, stdout, stderr io.Wri
 		return 255, fmt.Errorf("osbackend: %w: %v", errSessionEnded, err)
 	}
 	code, err := s.await(ctx)
-	if err != nil {
+	// An interrupted command's output ends with its markers too: wait for
+	// them, or they would arrive during the next command and end its
+	// output early. A shell that ended writes none.
+	select {
+	case <-s.ended:
 		return code, err
+	default:
 	}
 	t := time.NewTimer(markerWait)
 	defer t.Stop()
@@ -253,9 +258,10 @@ func (s *session) Run(ctx context.Context, command string, stdout, stderr io.Wri
 		select {
 		case <-ch:
 		case <-t.C:
+		case <-s.ended:
 		}
 	}
-	return code, nil
+	return code, err
 }
 
 // await waits for the command's exit code.
