@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/hybox-dev/hybox/sdks/go/api"
 	"github.com/hybox-dev/hybox/sdks/go/errdefs"
@@ -42,4 +43,30 @@ func RunCodeRemote(ctx context.Context, client *http.Client, url string, header 
 		return err
 	}
 	return api.ReadEvents(resp.Body, sink.Send)
+}
+
+// WaitRemote polls GET url (the /ping of an execd the server reaches over
+// a socket or the network) with client and header until it answers 200,
+// first every 2 ms and backing off to 64 ms. It reports false when ctx
+// ends first.
+func WaitRemote(ctx context.Context, client *http.Client, url string, header http.Header) bool {
+	delay := 2 * time.Millisecond
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		for k, vs := range header {
+			req.Header[k] = vs
+		}
+		if resp, err := client.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return true
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 64*time.Millisecond)
+	}
 }

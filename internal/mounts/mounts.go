@@ -105,6 +105,25 @@ func unescape(s string) string {
 	return b.String()
 }
 
+// DetachAll detaches every mount at or below dir, deepest first, and
+// returns how many there were.
+//
+// # Errors
+// When the table cannot be read or a mount cannot be detached (those
+// after it are left).
+func DetachAll(dir string) (int, error) {
+	mps, err := Under(dir)
+	if err != nil {
+		return 0, err
+	}
+	for _, mp := range mps {
+		if err := Detach(mp); err != nil {
+			return 0, fmt.Errorf("detach the volume mounted at %s: %w", mp, err)
+		}
+	}
+	return len(mps), nil
+}
+
 // RemoveAll detaches every mount at or below dir (deepest first), checks
 // that none is left, and then removes dir like os.RemoveAll. A missing dir
 // is not an error.
@@ -113,16 +132,11 @@ func unescape(s string) string {
 // When a mount cannot be detached or the table cannot be read; dir is then
 // left as it is, so nothing of a mounted volume is removed.
 func RemoveAll(dir string) error {
-	mps, err := Under(dir)
+	n, err := DetachAll(dir)
 	if err != nil {
 		return fmt.Errorf("remove %s: %w", dir, err)
 	}
-	for _, mp := range mps {
-		if err := Detach(mp); err != nil {
-			return fmt.Errorf("remove %s: detach the volume mounted at %s: %w", dir, mp, err)
-		}
-	}
-	if len(mps) > 0 {
+	if n > 0 {
 		left, err := Under(dir)
 		if err != nil {
 			return fmt.Errorf("remove %s: %w", dir, err)

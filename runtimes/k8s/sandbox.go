@@ -131,27 +131,11 @@ func (s *Sandbox) url(path string) string {
 func (s *Sandbox) waitReady(ctx context.Context, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	delay := 2 * time.Millisecond
-	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.url("/ping"), nil)
-		req.Header.Set(tokenHeader, s.token)
-		resp, err := s.client.Do(req)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w: hybox-execd in Pod %s (%s) did not answer within %s", runtimes.ErrUnavailable,
-				podName(s.spec.ID), s.addr, timeout)
-		case <-time.After(delay):
-		}
-		if delay < 50*time.Millisecond {
-			delay *= 2
-		}
+	if !execd.WaitRemote(ctx, s.client, s.url("/ping"), http.Header{tokenHeader: {s.token}}) {
+		return fmt.Errorf("%w: hybox-execd in Pod %s (%s) did not answer within %s", runtimes.ErrUnavailable,
+			podName(s.spec.ID), s.addr, timeout)
 	}
+	return nil
 }
 
 // Addr is the Pod's IP.

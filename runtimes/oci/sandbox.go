@@ -134,25 +134,10 @@ func (s *Sandbox) unwatchLocked() {
 func (s *Sandbox) waitReady(ctx context.Context, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	delay := 2 * time.Millisecond
-	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://execd/ping", nil)
-		resp, err := s.client.Do(req)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w: hybox-execd in %s did not answer within %s (see %s)", runtimes.ErrUnavailable, s.spec.ID, timeout, logPath(s.spec))
-		case <-time.After(delay):
-		}
-		if delay < 50*time.Millisecond {
-			delay *= 2
-		}
+	if !execd.WaitRemote(ctx, s.client, "http://execd/ping", nil) {
+		return fmt.Errorf("%w: hybox-execd in %s did not answer within %s (see %s)", runtimes.ErrUnavailable, s.spec.ID, timeout, logPath(s.spec))
 	}
+	return nil
 }
 
 func (s *Sandbox) setPaused(p bool) {

@@ -27,10 +27,8 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
-	"maps"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -643,6 +641,16 @@ func (s *Sandbox) resetWorkspace() error {
 	return copyTree(ws, filepath.Join(s.stateDir(), "workspace"))
 }
 
+// holdsMount reports whether a mount point in keep lies below dir.
+func holdsMount(dir string, keep map[string]bool) bool {
+	for k := range keep {
+		if strings.HasPrefix(k, dir+"/") {
+			return true
+		}
+	}
+	return false
+}
+
 // clearExcept removes everything in the directory rel of root but the
 // mount points in keep and the directories on the way to them.
 func clearExcept(root, rel string, keep map[string]bool) error {
@@ -655,7 +663,7 @@ func clearExcept(root, rel string, keep map[string]bool) error {
 		if keep[p] {
 			continue
 		}
-		if e.IsDir() && slices.ContainsFunc(slices.Collect(maps.Keys(keep)), func(k string) bool { return strings.HasPrefix(k, p+"/") }) {
+		if e.IsDir() && holdsMount(p, keep) {
 			if err := clearExcept(root, p, keep); err != nil {
 				return err
 			}

@@ -362,15 +362,8 @@ func (s *Sandbox) Close(ctx context.Context) error {
 	}
 	// The volumes leave with the server: nothing of theirs stays mounted
 	// in a data directory nobody serves (Restore mounts them again).
-	var errs []error
-	if mps, err := mounts.Under(filepath.Join(s.dir, "fs")); err != nil {
-		errs = append(errs, err)
-	} else {
-		for _, mp := range mps {
-			errs = append(errs, mounts.Detach(mp))
-		}
-	}
-	return errors.Join(append(errs, s.root.Close())...)
+	_, err := mounts.DetachAll(filepath.Join(s.dir, "fs"))
+	return errors.Join(err, s.root.Close())
 }
 
 // Discard tells a sandbox about to be destroyed that Close need not save

@@ -53,17 +53,11 @@ func (v *vm) exec(ctx context.Context, rio *runIO, awaitValue bool, start func()
 		v.ctx = base
 		v.io = nil
 	}()
-	defer func() {
-		if r := recover(); r != nil {
-			t, ok := r.(trap)
-			if !ok {
-				panic(r)
-			}
-			v.close()
-			res = outcome{lost: true, stopped: stopReason(v.stop.Load())}
-			err = t.err
-		}
-	}()
+	defer onTrap(func(e error) {
+		v.close()
+		res = outcome{lost: true, stopped: stopReason(v.stop.Load())}
+		err = e
+	})
 
 	val := start()
 	if val == 0 || v.isException(val) { // 0: an exception is pending (see vm.throw)

@@ -113,17 +113,11 @@ func (it *interpreter) Run(ctx context.Context, code string, out execd.Output) (
 
 // emitResult renders the completion value (unless undefined) and frees it.
 func (it *interpreter) emitResult(v *vm, box uint32, out execd.Output) (ee *execd.ExecError, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			t, ok := r.(trap)
-			if !ok {
-				panic(r)
-			}
-			v.close()
-			it.vm = nil
-			ee, err = nil, fmt.Errorf("javascript: %w: %w", execd.ErrContextLost, t.err)
-		}
-	}()
+	defer onTrap(func(e error) {
+		v.close()
+		it.vm = nil
+		ee, err = nil, fmt.Errorf("javascript: %w: %w", execd.ErrContextLost, e)
+	})
 	defer v.freeValue(box)
 	if v.call32(v.x.isUndefined, uint64(box)) != 0 {
 		return nil, nil

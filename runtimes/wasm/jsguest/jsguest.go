@@ -205,15 +205,9 @@ func (m *Manager) newConfiguredVM(ctx context.Context, root *os.Root, cwd string
 
 // setup passes argv, env and cwd to the prelude.
 func (v *vm) setup(argv []string, env map[string]string) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			t, ok := r.(trap)
-			if !ok {
-				panic(r)
-			}
-			err = t.err
-		}
-	}()
+	defer onTrap(func(e error) {
+		err = e
+	})
 	cfg, err := jsonMarshal(map[string]any{"argv": argv, "env": env, "cwd": v.cwd})
 	if err != nil {
 		return err

@@ -54,15 +54,9 @@ func (m *Manager) SaveState(ctx context.Context, ei execd.Interpreter) (st *engi
 	if v == nil || v.dead {
 		return nil, nil
 	}
-	defer func() {
-		if r := recover(); r != nil {
-			t, ok := r.(trap)
-			if !ok {
-				panic(r)
-			}
-			st, err = nil, t.err
-		}
-	}()
+	defer onTrap(func(e error) {
+		st, err = nil, e
+	})
 	h := vmHost{Cwd: v.cwd, Hy: v.hy, Scratch: v.scratch,
 		Runtime: v.call32(v.mod.ExportedFunction("qjs_get_runtime_ptr")),
 		Context: v.call32(v.mod.ExportedFunction("qjs_get_context_ptr"))}
@@ -127,16 +121,10 @@ func (m *Manager) RestoreInterpreter(ctx context.Context, root *os.Root, memLimi
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if r := recover(); r != nil {
-			t, ok := r.(trap)
-			if !ok {
-				panic(r)
-			}
-			v.close()
-			err = t.err
-		}
-	}()
+	defer onTrap(func(e error) {
+		v.close()
+		err = e
+	})
 	if have := uint64(v.mem.Size()); have < st.Size {
 		if _, ok := v.mem.Grow(uint32((st.Size - have + 65535) / 65536)); !ok {
 			v.close()

@@ -53,6 +53,18 @@ var errTrap = errors.New("quickjs instance failed")
 // is recovered at the entry points (Run, RunCommand, NewInterpreter).
 type trap struct{ err error }
 
+// onTrap, deferred, hands the error of a trap the guest raised to handle;
+// any other panic goes on.
+func onTrap(handle func(error)) {
+	if r := recover(); r != nil {
+		t, ok := r.(trap)
+		if !ok {
+			panic(r)
+		}
+		handle(t.err)
+	}
+}
+
 // vmKey is the context key under which host functions find their vm.
 type vmKey struct{}
 
@@ -220,15 +232,9 @@ func (m *Manager) boot(ctx context.Context) (img *image, err error) {
 		return nil, err
 	}
 	defer v.close()
-	defer func() {
-		if r := recover(); r != nil {
-			t, ok := r.(trap)
-			if !ok {
-				panic(r)
-			}
-			img, err = nil, t.err
-		}
-	}()
+	defer onTrap(func(e error) {
+		img, err = nil, e
+	})
 	if err := engine.WriteData(v.mem, m.mod.Data); err != nil {
 		return nil, fmt.Errorf("%w: %w", errTrap, err)
 	}
@@ -320,16 +326,10 @@ func (m *Manager) newVM(ctx context.Context, memLimit int64) (v *vm, err error) 
 	if err := m.clone(ctx, v, img, memLimit); err != nil {
 		return nil, err
 	}
-	defer func() {
-		if r := recover(); r != nil {
-			t, ok := r.(trap)
-			if !ok {
-				panic(r)
-			}
-			v.close()
-			v, err = nil, t.err
-		}
-	}()
+	defer onTrap(func(e error) {
+		v.close()
+		v, err = nil, e
+	})
 	v.call(v.mod.ExportedFunction("qjs_set_runtime_and_context"), uint64(img.rtPtr), uint64(img.ctxPtr))
 	v.hy, v.scratch = img.hy, img.scratch
 	if memLimit > 0 {

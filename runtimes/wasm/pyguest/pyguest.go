@@ -210,10 +210,16 @@ func (m *Manager) nextName() string {
 	return fmt.Sprintf("%s-%d", m.prefix, m.seq.Add(1))
 }
 
-// refillDelay is how long the pool waits after a claim before starting a
-// replacement guest, so that the replacement does not compete for a core
-// with the claiming request.
+// refillDelay is how long the pool waits after it last gave something out
+// before starting a replacement (waitQuiet), so that the replacement does
+// not compete for a core with the requests being served.
 const refillDelay = 30 * time.Millisecond
+
+// taken notes that the pool gave something out and asks for a refill.
+func (m *Manager) taken() {
+	m.lastTake.Store(time.Now().UnixNano())
+	m.kick()
+}
 
 // kick asks the refill loop to top up the pool.
 func (m *Manager) kick() {
@@ -231,13 +237,6 @@ func (m *Manager) refillLoop() {
 		case <-m.base.Done():
 			return
 		case <-m.refill:
-		}
-		// Starting a guest costs a core for a while; let the request that
-		// just claimed one finish its run and its response first.
-		select {
-		case <-m.base.Done():
-			return
-		case <-time.After(refillDelay):
 		}
 		for {
 			m.mu.Lock()
@@ -354,8 +353,7 @@ func (m *Manager) take(ctx context.Context) (*instance, error) {
 			m.pool = m.pool[:n-1]
 		}
 		m.mu.Unlock()
-		m.lastTake.Store(time.Now().UnixNano())
-		m.kick()
+		m.taken()
 		if inst == nil {
 			return m.start(ctx)
 		}

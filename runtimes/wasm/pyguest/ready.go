@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"time"
 
 	"github.com/hybox-dev/hybox/execd"
 	"github.com/hybox-dev/hybox/internal/pydriver"
@@ -61,8 +60,7 @@ func (m *Manager) takeReady(root *os.Root, memLimit int64, eg engine.Egress) *ri
 	if ri == nil {
 		return nil
 	}
-	m.lastTake.Store(time.Now().UnixNano())
-	m.kick()
+	m.taken()
 	if uint64(memLimit) < ri.linearMemoryBytes() {
 		ri.close(ErrClosed)
 		return nil
