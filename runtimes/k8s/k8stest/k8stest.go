@@ -72,7 +72,16 @@ var (
 	envErr    string // why there is no cluster (a skip message)
 	broughtUp bool
 	imported  = map[string]bool{}
+	// release ends this binary's use of the cluster (the session lock).
+	release func()
 )
+
+// sessionLock is held from a test binary's first [Cluster] until its
+// [Main] ends, so that test binaries run one after another on the one
+// cluster of the machine: none uses a cluster that another is about to
+// bring down, and none brings down a cluster another is using.
+const sessionLock = "/var/lib/hybox-k8s.session.lock"
+
 
 // script runs scripts/k8s/cluster.sh with args.
 func script(ctx context.Context, args ...string) ([]byte, error) {
@@ -110,6 +119,17 @@ func Cluster(t testing.TB) *Env {
 	}
 	if envErr != "" {
 		unavailable(t, "%s", envErr)
+	}
+	if release == nil {
+		begin := time.Now()
+		unlock, err := lock(sessionLock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		release = unlock
+		if d := time.Since(begin); d > time.Second {
+			t.Logf("waited %v for another test binary to finish with the cluster (%s)", d.Round(time.Second), sessionLock)
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
@@ -181,7 +201,7 @@ func Cluster(t testing.TB) *Env {
 func Main(m *testing.M) {
 	code := m.Run()
 	mu.Lock()
-	up := broughtUp
+	up, unlock := broughtUp, release
 	mu.Unlock()
 	if up && os.Getenv(KeepEnv) == "" {
 		if out, err := script(context.Background(), "down"); err != nil {
@@ -190,6 +210,9 @@ func Main(m *testing.M) {
 				code = 1
 			}
 		}
+	}
+	if unlock != nil {
+		unlock()
 	}
 	os.Exit(code)
 }
