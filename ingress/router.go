@@ -119,6 +119,16 @@ func (rt *Router) Claims(r *http.Request) bool {
 	return ok
 }
 
+// Sandbox returns the id of the sandbox a request the Router claims is
+// for, "" when its route does not parse.
+func (rt *Router) Sandbox(r *http.Request) string {
+	id, _, _, err := rt.route(r)
+	if err != nil {
+		return ""
+	}
+	return id
+}
+
 // ServeHTTP routes r to its sandbox port.
 func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id, port, path, err := rt.route(r)

@@ -15,7 +15,7 @@ import (
 // Writes made at once are all committed, fewer transactions than writes
 // when they overlap, and a write whose function fails fails alone.
 func TestGroupCommit(t *testing.T) {
-	st, err := openStore(filepath.Join(t.TempDir(), "db"))
+	st, err := openStore(filepath.Join(t.TempDir(), "db"), nil)
 	require.NoError(t, err)
 	defer st.close()
 	const n = 64

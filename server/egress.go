@@ -62,11 +62,11 @@ func (s *Server) newEgress(r *Record, fresh bool) (*egress.Controller, error) {
 			if ca, err = tproxy.NewCA("hybox sandbox " + r.ID); err != nil {
 				return nil, err
 			}
-			if err := s.saveEgress(r.ID, v, ca); err != nil {
+			if err := s.saveEgress(r, v, ca); err != nil {
 				return nil, err
 			}
 		} else {
-			b, err := s.store.getEgress(r.ID)
+			b, err := s.store.getEgress(r)
 			if err != nil {
 				return nil, err
 			}
@@ -83,12 +83,12 @@ func (s *Server) newEgress(r *Record, fresh bool) (*egress.Controller, error) {
 }
 
 // saveEgress seals and stores a sandbox's vault and CA.
-func (s *Server) saveEgress(id string, v *vault.Vault, ca *tproxy.CA) error {
-	b, err := egress.SealState(*s.opts.VaultKey, id, v, ca)
+func (s *Server) saveEgress(r *Record, v *vault.Vault, ca *tproxy.CA) error {
+	b, err := egress.SealState(*s.opts.VaultKey, r.ID, v, ca)
 	if err != nil {
 		return err
 	}
-	return s.store.putEgress(id, b)
+	return s.store.putEgress(r, b)
 }
 
 // egressOf returns a live sandbox's egress controller.
@@ -134,5 +134,5 @@ func (e egressRecords) SavePolicy(p *policy.Policy) error {
 }
 
 func (e egressRecords) SaveVault(c *egress.Controller) error {
-	return e.s.saveEgress(e.rec.ID, c.Vault(), c.CA())
+	return e.s.saveEgress(e.rec, c.Vault(), c.CA())
 }

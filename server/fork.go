@@ -94,7 +94,7 @@ func (s *Server) forkSandbox(c *gin.Context) {
 		rec := s.forkRecord(src, req.Metadata)
 		cu.Add(func() {
 			_ = mounts.RemoveAll(s.sandboxDir(rec.ID))
-			_ = s.store.delete(rec.ID)
+			_ = s.store.delete(rec)
 		})
 		eg, err := s.newEgress(rec, true)
 		if err != nil {
@@ -112,7 +112,7 @@ func (s *Server) forkSandbox(c *gin.Context) {
 			return
 		}
 		cu.Add(func() { _ = fsb.Close(bg) })
-		if err := s.store.put(rec); err != nil {
+		if err := s.store.create(rec); err != nil {
 			s.abortErr(c, err)
 			return
 		}

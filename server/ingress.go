@@ -66,6 +66,9 @@ func (s *Server) authorizeSandbox(r *http.Request, id string, port int) error {
 // Traffic that reaches a sandbox renews it when it opted in (renew.go).
 func (s *Server) Resolve(ctx context.Context, id string, port int) (_ ingress.Target, retErr error) {
 	rec, err := s.store.get(id)
+	if errors.Is(err, runtimes.ErrNotFound) {
+		s.forget(ctx, id)
+	}
 	if err != nil {
 		return ingress.Target{}, fmt.Errorf("%w: sandbox %s", ingress.ErrNoRoute, id)
 	}
@@ -74,9 +77,9 @@ func (s *Server) Resolve(ctx context.Context, id string, port int) (_ ingress.Ta
 			s.renewOnAccess(rec)
 		}
 	}()
-	sb, ok := s.liveSandbox(id)
-	if !ok {
-		return ingress.Target{}, fmt.Errorf("%w: sandbox %s is %s", ingress.ErrUnavailable, id, rec.State)
+	sb, err := s.liveOf(ctx, rec)
+	if err != nil {
+		return ingress.Target{}, fmt.Errorf("%w: %v", ingress.ErrUnavailable, err)
 	}
 	if port == execdPort {
 		return ingress.Target{Handler: sb.Execd()}, nil
@@ -109,6 +112,9 @@ func (s *Server) withIngress(api http.Handler) (http.Handler, error) {
 		return nil, err
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.forward(w, r, rt) {
+			return // to the replica that holds the sandbox (replicas.go)
+		}
 		if rt.Claims(r) {
 			rt.ServeHTTP(w, r)
 			return

@@ -114,12 +114,22 @@ func (ps *poolSet) load(ctx context.Context, configured []api.CreatePoolRequest,
 			ps.pools[def.Name] = p
 		}
 	}
+	claimed := map[string]bool{}
 	for _, r := range recs {
+		claimed[r.ID] = true
 		if p := ps.pools[r.Pool]; p != nil {
 			p.allocated++
 		}
 	}
 	for _, m := range members {
+		if claimed[m.ID] {
+			// Claimed, and the server stopped before it forgot the member
+			// (a shared record is written first): the sandbox is in use.
+			if err := s.store.deleteKey(bucketMembers, m.ID); err != nil {
+				s.log.Warn("forget claimed pool member", "id", m.ID, "err", err)
+			}
+			continue
+		}
 		p := ps.pools[m.Pool]
 		if p == nil || p.rt.Name() != m.Runtime || p.def.Template.Image.URI != m.Image || p.mem != m.MemoryBytes || p.cpu != m.CPUMillis {
 			s.log.Info("removing pool member of a pool that is gone or changed", "id", m.ID, "pool", m.Pool)

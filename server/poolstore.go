@@ -64,6 +64,14 @@ func listBucket[T any](s *store, bucket []byte, what string) ([]T, error) {
 // claimMember turns member id into the sandbox r in one transaction: a
 // crash leaves either the member or the sandbox, never both or neither.
 func (s *store) claimMember(id string, r *Record) error {
+	if s.isShared(r) {
+		// The shared record first: a crash before the member is forgotten
+		// leaves a member whose id has a record, which start-up drops.
+		if err := s.create(r); err != nil {
+			return err
+		}
+		return s.deleteKey(bucketMembers, id)
+	}
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err

@@ -93,6 +93,7 @@ func (s *Server) createSandbox(c *gin.Context) {
 		return
 	}
 	rec.Runtime = rt.Name()
+	s.stampOwner(rec)
 	if err := checkIsolation(rec); err != nil {
 		s.abortErr(c, err)
 		return
@@ -113,7 +114,7 @@ func (s *Server) createSandbox(c *gin.Context) {
 	bg := context.WithoutCancel(c.Request.Context())
 	cu := cleanup.Make(func() {
 		_ = mounts.RemoveAll(s.sandboxDir(rec.ID))
-		_ = s.store.delete(rec.ID)
+		_ = s.store.delete(rec)
 	})
 	defer cu.Clean()
 	undoVolumes, volumesDone, err := s.ensureVolumes(rec)
@@ -139,7 +140,7 @@ func (s *Server) createSandbox(c *gin.Context) {
 	}
 	cu.Add(func() { _ = sb.Close(bg) })
 	rec.State, rec.LastTransitionAt = StateRunning, time.Now().UTC()
-	if err := s.store.put(rec); err != nil {
+	if err := s.store.create(rec); err != nil {
 		s.abortErr(c, err)
 		return
 	}
@@ -462,13 +463,12 @@ func (s *Server) transition(c *gin.Context, pause bool) {
 		s.abortErr(c, errdefs.New(api.ErrorCodeINVALIDSTATE, "sandbox %s is %s; it must be %s", r.ID, r.State, from))
 		return
 	}
-	sb, ok := s.liveSandbox(r.ID)
-	if !ok {
-		s.abortErr(c, errdefs.New(api.ErrorCodeUNAVAILABLE, "sandbox %s is not attached", r.ID))
+	sb, err := s.liveOf(c.Request.Context(), r)
+	if err != nil {
+		s.abortErr(c, err)
 		return
 	}
 	s.setState(r, mid, "", "")
-	var err error
 	if pause {
 		err = sb.Pause(c.Request.Context())
 	} else {

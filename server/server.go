@@ -26,6 +26,7 @@ import (
 	"github.com/hybox-dev/hybox/ingress"
 	"github.com/hybox-dev/hybox/internal/cleanup"
 	"github.com/hybox-dev/hybox/internal/mounts"
+	"github.com/hybox-dev/hybox/internal/shared"
 	"github.com/hybox-dev/hybox/policy/egress"
 	"github.com/hybox-dev/hybox/runtimes"
 	"github.com/hybox-dev/hybox/sdks/go/api"
@@ -68,6 +69,15 @@ type Options struct {
 	// Pools are the warm pools of the configuration file (those created
 	// through the API are kept in the database).
 	Pools []api.CreatePoolRequest
+	// Shared keeps the records of the sandboxes every replica of the server
+	// serves (container sandboxes on a cluster) when the server is one of
+	// several; nil = a server alone, everything in its own database.
+	Shared shared.Store
+	// Replica names this server among the replicas and ReplicaAddress is
+	// the base URL (http://host:port) where the others reach it; both are
+	// required with Shared.
+	Replica        string
+	ReplicaAddress string
 	// Failpoint, for crash tests only, names a step at which the server
 	// kills itself with SIGKILL ("pool-claimed").
 	Failpoint string
@@ -85,6 +95,9 @@ func (o *Options) Validate() error {
 	}
 	if o.Runtimes == nil {
 		return errors.New("server: Runtimes is required")
+	}
+	if o.Shared != nil && (o.Replica == "" || o.ReplicaAddress == "") {
+		return errors.New("server: Replica and ReplicaAddress are required with Shared")
 	}
 	if o.APIKey == "" && !o.Insecure {
 		return errors.New("server: an API key is required (set --api-key, HYBOX_API_KEY or api_key in the config), or start explicitly with --insecure")
@@ -136,6 +149,8 @@ type Server struct {
 	locks sync.Map // id → *sync.Mutex
 	// renew dedupes renewals on access in flight (renew.go).
 	renew renewer
+	// adopting serialises adoptions of shared sandboxes (replicas.go).
+	adopting adoptLocks
 
 	// pools are the warm pools of container sandboxes.
 	pools *poolSet
@@ -158,7 +173,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 			return nil, fmt.Errorf("data directory: %w", err)
 		}
 	}
-	st, err := openStore(filepath.Join(opts.DataDir, "hybox.db"))
+	st, err := openStore(filepath.Join(opts.DataDir, "hybox.db"), opts.Shared)
 	if err != nil {
 		return nil, err
 	}
@@ -167,7 +182,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	s := &Server{opts: opts, store: st, log: opts.Logger, live: map[string]runtimes.Sandbox{},
 		egress: map[string]*egress.Controller{}, creatingOn: map[string]int{}}
 	s.pools = newPoolSet(s)
-	key, err := loadRouteKey(opts.DataDir)
+	key, err := s.routeKey(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -246,7 +261,7 @@ func (s *Server) spec(r *Record) runtimes.Spec {
 
 // recover re-attaches every stored sandbox after a restart.
 func (s *Server) recover(ctx context.Context) error {
-	recs, err := s.store.list()
+	recs, err := s.store.listLocal()
 	if err != nil {
 		return err
 	}
@@ -264,6 +279,9 @@ func (s *Server) recover(ctx context.Context) error {
 	defer func() { s.pools.load(ctx, s.opts.Pools, members, recs) }()
 	now := time.Now()
 	for _, r := range recs {
+		if s.store.isShared(r) {
+			continue // adopted on first use (adopt); reaped by the leader
+		}
 		if r.ExpiresAt != nil && now.After(*r.ExpiresAt) {
 			s.log.Info("deleting sandbox that expired while the server was down", "id", r.ID, "expiresAt", r.ExpiresAt)
 			if err := s.destroy(ctx, r); err != nil {
@@ -297,6 +315,7 @@ func (s *Server) recover(ctx context.Context) error {
 		s.mu.Lock()
 		s.egress[r.ID] = eg
 		s.mu.Unlock()
+		s.stampOwner(r) // this replica's name and address may have changed
 		switch r.State {
 		case StatePaused, StatePausing:
 			_ = sb.Pause(ctx)
@@ -359,6 +378,11 @@ func (s *Server) sweep(ctx context.Context, recs []*Record) {
 		rt, _ := s.opts.Runtimes.Get(name)
 		sw, ok := rt.(runtimes.Sweeper)
 		if !ok || done[sw] {
+			continue
+		}
+		if s.opts.Shared != nil && s.opts.Shared.Shares(name) {
+			// Another replica's create in flight, or its pool member, has
+			// no record this replica can see yet: not an orphan.
 			continue
 		}
 		done[sw] = true
@@ -427,7 +451,7 @@ func (s *Server) destroy(ctx context.Context, r *Record) error {
 	if err := mounts.RemoveAll(s.sandboxDir(r.ID)); err != nil {
 		errs = append(errs, err)
 	}
-	if err := s.store.delete(r.ID); err != nil {
+	if err := s.store.delete(r); err != nil {
 		errs = append(errs, err)
 	}
 	if r.Pool != "" {
@@ -455,7 +479,7 @@ func (s *Server) reaper(ctx context.Context) {
 }
 
 func (s *Server) reapOnce(ctx context.Context) {
-	recs, err := s.store.list()
+	recs, err := s.reapable(ctx)
 	if err != nil {
 		s.log.Error("reaper: list", "err", err)
 		return

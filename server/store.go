@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/hybox-dev/hybox/internal/shared"
 	"github.com/hybox-dev/hybox/policy"
 	"github.com/hybox-dev/hybox/runtimes"
 	"github.com/hybox-dev/hybox/sdks/go/api"
@@ -44,6 +46,11 @@ type Record struct {
 	Pool string `json:"pool,omitempty"`
 	// Claims are the named volumes it mounts.
 	Claims []volumeClaim `json:"claims,omitempty"`
+	// Owner names the replica that holds the sandbox and OwnerAddress is
+	// its base URL, when the sandbox lives in one replica of several (a
+	// wasm sandbox beside shared state; replicas.go).
+	Owner        string `json:"owner,omitempty"`
+	OwnerAddress string `json:"ownerAddress,omitempty"`
 }
 
 var (
@@ -56,13 +63,20 @@ var (
 	bucketMembers = []byte("poolMembers")
 )
 
-// store persists records in a bbolt database.
+// store persists records in a bbolt database and, when the server is one
+// of several replicas, the records of sandboxes every replica serves in the
+// shared store (internal/shared; a cluster's API server).
 type store struct {
 	db      *bolt.DB
 	commits committer // every write goes through update (commit.go)
+	// shared keeps the records of the runtimes it Shares; nil = none.
+	shared shared.Store
 }
 
-func openStore(path string) (*store, error) {
+// sharedTimeout bounds each call to the shared store.
+const sharedTimeout = 15 * time.Second
+
+func openStore(path string, sh shared.Store) (*store, error) {
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
 	if err != nil {
 		return nil, fmt.Errorf("open database %s: %w", path, err)
@@ -79,55 +93,150 @@ func openStore(path string) (*store, error) {
 		_ = db.Close()
 		return nil, err
 	}
-	return &store{db: db}, nil
+	return &store{db: db, shared: sh}, nil
 }
 
 func (s *store) close() error { return s.db.Close() }
 
-func (s *store) put(r *Record) error {
+// isShared reports whether r's record lives in the shared store.
+func (s *store) isShared(r *Record) bool { return s.shared != nil && s.shared.Shares(r.Runtime) }
+
+func sharedCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), sharedTimeout)
+}
+
+// sharedErr maps a shared store's failure to the wire: not found stays
+// not found, anything else is the store not answering (503).
+func sharedErr(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var e *errdefs.Error
+	if errors.Is(err, runtimes.ErrNotFound) || errors.As(err, &e) {
+		return err
+	}
+	return errdefs.New(api.ErrorCodeUNAVAILABLE, "the shared sandbox store does not answer (%s): %v", what, err)
+}
+
+// put writes r, the record of a sandbox that exists (create writes the
+// first one).
+func (s *store) put(r *Record) error { return s.write(r, false) }
+
+// create writes the first record of a sandbox.
+func (s *store) create(r *Record) error { return s.write(r, true) }
+
+func (s *store) write(r *Record, first bool) error {
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
 	}
-	return s.update(func(tx *bolt.Tx) error {
+	if s.isShared(r) {
+		return s.writeShared(r, b, first)
+	}
+	err = s.update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketSandboxes).Put([]byte(r.ID), b)
 	})
+	if err != nil || s.shared == nil {
+		return err
+	}
+	// The copy the other replicas list and forward by (its owner's own
+	// record stays the one that counts).
+	err = s.writeShared(r, b, first)
+	if errors.Is(err, runtimes.ErrNotFound) {
+		err = s.writeShared(r, b, true) // made before the copy was
+	}
+	return err
 }
 
+func (s *store) writeShared(r *Record, b []byte, first bool) error {
+	ctx, cancel := sharedCtx()
+	defer cancel()
+	sr := shared.Record{ID: r.ID, Runtime: r.Runtime, Image: r.Image,
+		State: r.State, Reason: r.Reason, Message: r.Message, LastTransitionAt: r.LastTransitionAt, Data: b}
+	if first {
+		return sharedErr("create "+r.ID, s.shared.Create(ctx, sr))
+	}
+	return sharedErr("put "+r.ID, s.shared.Put(ctx, sr))
+}
+
+// get reads the record of id: this server's own first, then the shared
+// store's.
 func (s *store) get(id string) (*Record, error) {
 	var r *Record
 	err := s.db.View(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketSandboxes).Get([]byte(id))
 		if b == nil {
-			return errdefs.New(api.ErrorCodeSANDBOXNOTFOUND, "sandbox %s not found", id)
+			return nil
 		}
 		r = &Record{}
 		return json.Unmarshal(b, r)
 	})
-	return r, err
+	if err != nil || r != nil {
+		return r, err
+	}
+	notFound := errdefs.New(api.ErrorCodeSANDBOXNOTFOUND, "sandbox %s not found", id)
+	if s.shared == nil {
+		return nil, notFound
+	}
+	ctx, cancel := sharedCtx()
+	defer cancel()
+	sr, err := s.shared.Get(ctx, id)
+	if errors.Is(err, runtimes.ErrNotFound) {
+		return nil, notFound
+	}
+	if err != nil {
+		return nil, sharedErr("get "+id, err)
+	}
+	r = &Record{}
+	if err := json.Unmarshal(sr.Data, r); err != nil {
+		return nil, fmt.Errorf("shared record %s: %w", id, err)
+	}
+	return r, nil
 }
 
-func (s *store) delete(id string) error {
-	return s.update(func(tx *bolt.Tx) error {
-		if err := tx.Bucket(bucketEgress).Delete([]byte(id)); err != nil {
+func (s *store) delete(r *Record) error {
+	if s.isShared(r) {
+		ctx, cancel := sharedCtx()
+		defer cancel()
+		return sharedErr("delete "+r.ID, s.shared.Delete(ctx, r.ID))
+	}
+	err := s.update(func(tx *bolt.Tx) error {
+		if err := tx.Bucket(bucketEgress).Delete([]byte(r.ID)); err != nil {
 			return err
 		}
-		return tx.Bucket(bucketSandboxes).Delete([]byte(id))
+		return tx.Bucket(bucketSandboxes).Delete([]byte(r.ID))
 	})
+	if err != nil || s.shared == nil {
+		return err
+	}
+	ctx, cancel := sharedCtx()
+	defer cancel()
+	return sharedErr("delete "+r.ID, s.shared.Delete(ctx, r.ID))
 }
 
 // putEgress stores a sandbox's sealed egress state.
-func (s *store) putEgress(id string, b []byte) error {
+func (s *store) putEgress(r *Record, b []byte) error {
+	if s.isShared(r) {
+		ctx, cancel := sharedCtx()
+		defer cancel()
+		return sharedErr("put the egress state of "+r.ID, s.shared.PutBlob(ctx, r.ID, b))
+	}
 	return s.update(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketEgress).Put([]byte(id), b)
+		return tx.Bucket(bucketEgress).Put([]byte(r.ID), b)
 	})
 }
 
 // getEgress returns a sandbox's sealed egress state, nil when it has none.
-func (s *store) getEgress(id string) ([]byte, error) {
+func (s *store) getEgress(r *Record) ([]byte, error) {
+	if s.isShared(r) {
+		ctx, cancel := sharedCtx()
+		defer cancel()
+		b, err := s.shared.GetBlob(ctx, r.ID)
+		return b, sharedErr("get the egress state of "+r.ID, err)
+	}
 	var out []byte
 	err := s.db.View(func(tx *bolt.Tx) error {
-		if b := tx.Bucket(bucketEgress).Get([]byte(id)); b != nil {
+		if b := tx.Bucket(bucketEgress).Get([]byte(r.ID)); b != nil {
 			out = append([]byte(nil), b...)
 		}
 		return nil
@@ -135,6 +244,57 @@ func (s *store) getEgress(id string) ([]byte, error) {
 	return out, err
 }
 
-func (s *store) list() ([]*Record, error) { return listBucket[*Record](s, bucketSandboxes, "record") }
+// list returns this server's records and the shared store's.
+func (s *store) list() ([]*Record, error) {
+	recs, err := listBucket[*Record](s, bucketSandboxes, "record")
+	if err != nil || s.shared == nil {
+		return recs, err
+	}
+	ctx, cancel := sharedCtx()
+	defer cancel()
+	srs, err := s.shared.List(ctx)
+	if err != nil {
+		return nil, sharedErr("list", err)
+	}
+	own := map[string]bool{}
+	for _, r := range recs {
+		own[r.ID] = true
+	}
+	for _, sr := range srs {
+		if own[sr.ID] {
+			continue // this replica's own record, and its copy
+		}
+		r := &Record{}
+		if err := json.Unmarshal(sr.Data, r); err != nil {
+			return nil, fmt.Errorf("shared record %s: %w", sr.ID, err)
+		}
+		recs = append(recs, r)
+	}
+	return recs, nil
+}
+
+// hasLocal reports whether this server holds the record of id itself.
+func (s *store) hasLocal(id string) bool {
+	found := false
+	_ = s.db.View(func(tx *bolt.Tx) error {
+		found = tx.Bucket(bucketSandboxes).Get([]byte(id)) != nil
+		return nil
+	})
+	return found
+}
+
+// putCopy writes only the shared copy of another replica's record.
+func (s *store) putCopy(r *Record) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	return s.writeShared(r, b, false)
+}
+
+// listLocal returns this server's own records only.
+func (s *store) listLocal() ([]*Record, error) {
+	return listBucket[*Record](s, bucketSandboxes, "record")
+}
 
 var errConflict = errors.New("conflict")

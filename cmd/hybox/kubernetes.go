@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
+	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -39,6 +42,43 @@ type kubernetesConfig struct {
 	// yet enforce egress policies inside Pods. Set it only where Pods have
 	// no route off the cluster that matters.
 	UnenforcedEgress bool `toml:"unenforced_egress"`
+	// SharedState keeps the records of Pod sandboxes in the cluster (the
+	// custom resource sandboxes.hybox.dev), so that several servers on
+	// one cluster serve every one of them (--shared-state).
+	SharedState bool `toml:"shared_state"`
+	// Replica names this server in the leader election (env
+	// HYBOX_REPLICA); "" = the host name and the process id.
+	Replica string `toml:"replica"`
+	// ReplicaAddress is the base URL (http://host:port) where the other
+	// replicas reach this one, to forward requests for the wasm sandboxes
+	// it holds (env HYBOX_REPLICA_ADDRESS); "" = http://<addr>, or
+	// http://$POD_IP:<port> when addr listens on every address.
+	ReplicaAddress string `toml:"replica_address"`
+	// LeaseDuration is how long a replica that stopped renewing keeps the
+	// lead (default 15s).
+	LeaseDuration duration `toml:"lease_duration"`
+}
+
+// replicaAddress is the base URL the other replicas reach this one at.
+//
+// # Errors
+// When addr listens on every address and neither replica_address nor
+// POD_IP says which one the others can use.
+func replicaAddress(cfg *config) (string, error) {
+	if a := cfg.Kubernetes.ReplicaAddress; a != "" {
+		return strings.TrimRight(a, "/"), nil
+	}
+	host, port, err := net.SplitHostPort(cfg.Addr)
+	if err != nil {
+		return "", fmt.Errorf("addr %q: %w", cfg.Addr, err)
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = os.Getenv("POD_IP")
+		if host == "" {
+			return "", fmt.Errorf("kubernetes.replica_address is required: addr %q listens on every address and POD_IP is not set", cfg.Addr)
+		}
+	}
+	return "http://" + net.JoinHostPort(host, port), nil
 }
 
 // kubernetesTimeout bounds every call to the API server.
@@ -51,7 +91,7 @@ const kubernetesTimeout = 15 * time.Second
 // When the kubeconfig cannot be read or options are invalid. An API server
 // that does not answer is not an error: the runtimes answer 503 until it
 // does.
-func kubernetesRuntimes(ctx context.Context, cfg *config, log *slog.Logger) ([]runtimes.Runtime, error) {
+func kubernetesRuntimes(ctx context.Context, cfg *config, log *slog.Logger) (*k8s.Cluster, []runtimes.Runtime, error) {
 	kc := cfg.Kubernetes
 	var rc *rest.Config
 	var err error
@@ -61,18 +101,18 @@ func kubernetesRuntimes(ctx context.Context, cfg *config, log *slog.Logger) ([]r
 		rc, err = rest.InClusterConfig()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("kubernetes: %w", err)
+		return nil, nil, fmt.Errorf("kubernetes: %w", err)
 	}
 	mem, err := server.ParseQuantityBytes(kc.DefaultMemory)
 	if err != nil {
-		return nil, fmt.Errorf("kubernetes.default_memory: %w", err)
+		return nil, nil, fmt.Errorf("kubernetes.default_memory: %w", err)
 	}
 	// No call hangs on an API server that does not answer.
 	rc.Timeout = kubernetesTimeout
 	c, err := k8s.Open(k8s.Options{Config: rc, Namespace: kc.Namespace, ExecdImage: kc.ExecdImage,
 		DefaultMemoryBytes: mem, UnenforcedEgress: kc.UnenforcedEgress, Logger: log})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	classes := kc.Runtimes
 	if len(classes) == 0 {
@@ -93,5 +133,37 @@ func kubernetesRuntimes(ctx context.Context, cfg *config, log *slog.Logger) ([]r
 	if kc.UnenforcedEgress {
 		log.Warn("kubernetes.unenforced_egress is set: sandboxes' network policies are NOT enforced inside Pods")
 	}
-	return out, nil
+	return c, out, nil
+}
+
+// sharedState opens the replicas' shared state on the cluster for the
+// runtimes rts (kubernetes.shared_state).
+//
+// # Errors
+// When the API server does not answer or the CRD is missing and cannot be
+// installed: a replica without the shared state would keep records the
+// others cannot see, so it does not start.
+func sharedState(ctx context.Context, cfg *config, c *k8s.Cluster, rts []runtimes.Runtime, log *slog.Logger) (st *k8s.State, id, address string, err error) {
+	kc := cfg.Kubernetes
+	if address, err = replicaAddress(cfg); err != nil {
+		return nil, "", "", err
+	}
+	id = kc.Replica
+	if id == "" {
+		host, _ := os.Hostname()
+		id = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	var names []string
+	for _, rt := range rts {
+		names = append(names, rt.Name())
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*kubernetesTimeout)
+	defer cancel()
+	st, err = c.SharedState(ctx, k8s.StateOptions{Runtimes: names, Identity: id, LeaseDuration: kc.LeaseDuration.Duration})
+	if err != nil {
+		return nil, "", "", fmt.Errorf("kubernetes.shared_state: %w", err)
+	}
+	log.Info("Pod sandboxes' records are shared with the other replicas through the cluster", "replica", id, "address", address,
+		"resource", k8s.SandboxGVR.Resource+"."+k8s.SandboxGVR.Group, "namespace", kc.Namespace, "runtimes", names)
+	return st, id, address, nil
 }

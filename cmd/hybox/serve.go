@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/hybox-dev/hybox/execd"
+	"github.com/hybox-dev/hybox/internal/shared"
 	"github.com/hybox-dev/hybox/internal/typescript"
 	"github.com/hybox-dev/hybox/policy/egress"
 	"github.com/hybox-dev/hybox/runtimes"
@@ -31,7 +32,7 @@ func newServeCmd() *cobra.Command {
 	var (
 		cfgPath, addr, dataDir, apiKey, apiKeyFile, guestDir, publicHost string
 		containerdAddr, runscBinary, execdBinary, ingressDomain          string
-		kubernetes                                                       bool
+		kubernetes, shareState                                           bool
 		kubeconfig                                                       string
 		insecure                                                         bool
 		vaultKeyFile, egressRootCAFile                                   string
@@ -80,6 +81,9 @@ func newServeCmd() *cobra.Command {
 			if f.Changed("kubeconfig") {
 				cfg.Kubernetes.Kubeconfig, cfg.Kubernetes.Enabled = kubeconfig, true
 			}
+			if f.Changed("shared-state") {
+				cfg.Kubernetes.SharedState = shareState
+			}
 			if f.Changed("runsc-binary") {
 				cfg.OCI.RunscBinary = runscBinary
 			}
@@ -117,6 +121,7 @@ func newServeCmd() *cobra.Command {
 	f.StringVar(&containerdAddr, "containerd", "", "containerd socket for container sandboxes (env HYBOX_CONTAINERD_ADDRESS; empty = wasm only)")
 	f.BoolVar(&kubernetes, "kubernetes", false, "container sandboxes as Pods of a Kubernetes cluster ([kubernetes] in the config; the local containerd is then not used)")
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of that cluster; implies --kubernetes (env HYBOX_KUBECONFIG; default: in-cluster)")
+	f.BoolVar(&shareState, "shared-state", false, "keep Pod sandboxes' records in the cluster so that several servers serve them all ([kubernetes] shared_state)")
 	f.StringVar(&runscBinary, "runsc-binary", "", "gVisor's runsc, built by scripts/containers/build-gvisor.sh, for runsc sandboxes (env HYBOX_RUNSC_BINARY)")
 	f.StringVar(&execdBinary, "execd-binary", "", "static hybox-execd binary (env HYBOX_EXECD_BINARY; default beside hybox)")
 	f.StringVar(&ingressDomain, "ingress-domain", "", "route <id>-<port>.<domain> to sandbox ports (env HYBOX_INGRESS_DOMAIN)")
@@ -203,15 +208,28 @@ func serve(ctx context.Context, cfg *config) error {
 	log.Info("guests ready", "dir", guestDir, "python", wrt.PythonGuest(), "took", time.Since(start).Round(time.Millisecond))
 	rts := []runtimes.Runtime{wrt}
 	var images runtimes.ImageStore
+	var sharedStore shared.Store
+	var replica, replicaAddr string
 	if cfg.Kubernetes.Enabled {
 		// Pods instead of local containers. A cluster that does not answer
 		// is served anyway (503 until it does); a bad configuration leaves
 		// the wasm tier serving alone.
-		krts, err := kubernetesRuntimes(ctx, cfg, log)
+		kc, krts, err := kubernetesRuntimes(ctx, cfg, log)
 		if err != nil {
 			log.Warn("container sandboxes on Kubernetes are unavailable; serving wasm sandboxes only", "err", err)
 		}
 		rts = append(rts, krts...)
+		if cfg.Kubernetes.SharedState {
+			if kc == nil {
+				return fmt.Errorf("kubernetes.shared_state needs the Kubernetes backend: %w", err)
+			}
+			st, name, address, err := sharedState(ctx, cfg, kc, krts, log)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			sharedStore, replica, replicaAddr = st, name, address
+		}
 	} else if cfg.OCI.Address != "" {
 		ob, err := startOCI(ctx, cfg, log)
 		if err != nil {
@@ -248,6 +266,7 @@ func serve(ctx context.Context, cfg *config) error {
 		PublicHost: cfg.PublicHost, ReapInterval: cfg.ReapInterval.Duration, Logger: log, Images: images,
 		IngressDomain: cfg.IngressDomain, Egress: eg, VaultKey: vaultKey,
 		Pools: pools, Failpoint: os.Getenv("HYBOX_TEST_FAILPOINT"),
+		Shared: sharedStore, Replica: replica, ReplicaAddress: replicaAddr,
 	})
 	if err != nil {
 		return err

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,6 +25,139 @@ import (
 	"github.com/hybox-dev/hybox/runtimes/oci/ocitest"
 )
 
+// hyboxBin is the hybox binary the serve tests start (built once).
+var hyboxBin struct {
+	once sync.Once
+	path string
+	err  error
+	out  []byte
+}
+
+// hyboxBinary builds ./cmd/hybox once per test binary and checks that the
+// wasm guests are built.
+func hyboxBinary(t *testing.T) (bin, guests string) {
+	t.Helper()
+	repo := ocitest.RepoRoot()
+	guests = filepath.Join(repo, "build", "guests")
+	if _, err := os.Stat(filepath.Join(guests, "quickjs.wasm")); err != nil {
+		t.Fatalf("no wasm guests in %s (make guests builds them): %v", guests, err)
+	}
+	hyboxBin.once.Do(func() {
+		dir, err := os.MkdirTemp("", "hybox-k8s-bin-")
+		if err != nil {
+			hyboxBin.err = err
+			return
+		}
+		hyboxBin.path = filepath.Join(dir, "hybox")
+		build := exec.Command("go", "build", "-o", hyboxBin.path, "./cmd/hybox")
+		build.Dir = repo
+		hyboxBin.out, hyboxBin.err = build.CombinedOutput()
+	})
+	if hyboxBin.err != nil {
+		t.Fatalf("go build ./cmd/hybox: %v\n%s", hyboxBin.err, hyboxBin.out)
+	}
+	return hyboxBin.path, guests
+}
+
+// serveProc is one `hybox serve` process of a test.
+type serveProc struct {
+	t    *testing.T
+	base string
+	key  string
+	cmd  *exec.Cmd
+	log  *bytes.Buffer
+	done chan struct{}
+}
+
+// freeAddr returns a loopback address nothing listens on.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// startServe starts `hybox serve` on addr with the configuration toml
+// (written to dir/name.toml) and waits for its /health. The test's cleanup
+// stops it (SIGTERM, then SIGKILL) and prints its log when the test failed.
+func startServe(t *testing.T, dir, name, addr, key, toml string) *serveProc {
+	t.Helper()
+	bin, _ := hyboxBinary(t)
+	conf := filepath.Join(dir, name+".toml")
+	if err := os.WriteFile(conf, []byte(toml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := &serveProc{t: t, base: "http://" + addr, key: key, log: &bytes.Buffer{}, done: make(chan struct{})}
+	p.cmd = exec.Command(bin, "serve", "--config", conf)
+	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		p.stop()
+		if t.Failed() {
+			t.Logf("log of server %s:\n%s", name, p.log.String())
+		}
+	})
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		if resp, err := http.Get(p.base + "/health"); err == nil {
+			resp.Body.Close()
+			return p
+		}
+		select {
+		case <-p.done:
+			t.Fatalf("server %s exited before answering /health:\n%s", name, p.log.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server %s did not answer /health:\n%s", name, p.log.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// stop ends the server with SIGTERM (SIGKILL after 20 s) and waits.
+func (p *serveProc) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+	}
+}
+
+// kill9 ends the server with SIGKILL, as a crash would, and waits.
+func (p *serveProc) kill9() {
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	<-p.done
+}
+
+// do sends one API request with the API key (and the extra headers hdr,
+// name-value pairs) and returns the status and body.
+func (p *serveProc) do(method, path, body string, hdr ...string) (int, []byte) {
+	p.t.Helper()
+	req, _ := http.NewRequest(method, p.base+path, strings.NewReader(body))
+	req.Header.Set("OPEN-SANDBOX-API-KEY", p.key)
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		p.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
 // TestServeKubernetes: `hybox serve` with [kubernetes] runs container
 // sandboxes as Pods of the cluster: a create of runc answers with a
 // sandbox whose commands run in its Pod, a runtime the configuration does
@@ -33,27 +167,11 @@ func TestServeKubernetes(t *testing.T) {
 	env := k8stest.Cluster(t)
 	execdImage := env.ExecdImage(t)
 	image := env.Image(t)
-	repo := ocitest.RepoRoot()
-	guests := filepath.Join(repo, "build", "guests")
-	if _, err := os.Stat(filepath.Join(guests, "quickjs.wasm")); err != nil {
-		t.Fatalf("no wasm guests in %s (make guests builds them): %v", guests, err)
-	}
+	_, guests := hyboxBinary(t)
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "hybox")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/hybox")
-	build.Dir = repo
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/hybox: %v\n%s", err, out)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := freeAddr(t)
 	const key = "k8s-serve-test"
-	conf := filepath.Join(dir, "hybox.toml")
-	toml := fmt.Sprintf(`addr = %q
+	srv := startServe(t, dir, "hybox", addr, key, fmt.Sprintf(`addr = %q
 data_dir = %q
 api_key = %q
 
@@ -67,56 +185,9 @@ kubeconfig = %q
 namespace = %q
 execd_image = %q
 unenforced_egress = true
-`, addr, filepath.Join(dir, "data"), key, guests, env.Kubeconfig, k8stest.Namespace, execdImage)
-	if err := os.WriteFile(conf, []byte(toml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var log bytes.Buffer
-	srv := exec.Command(bin, "serve", "--config", conf)
-	srv.Stdout, srv.Stderr = &log, &log
-	srv.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = srv.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = srv.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			_ = syscall.Kill(-srv.Process.Pid, syscall.SIGKILL)
-			<-done
-		}
-		if t.Failed() {
-			t.Logf("server log:\n%s", log.String())
-		}
-	})
-	base := "http://" + addr
-	do := func(method, path, body string) (int, []byte) {
-		t.Helper()
-		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
-		req.Header.Set("OPEN-SANDBOX-API-KEY", key)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatalf("%s %s: %v", method, path, err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, b
-	}
+`, addr, filepath.Join(dir, "data"), key, guests, env.Kubeconfig, k8stest.Namespace, execdImage))
+	do := srv.do
 	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		if resp, err := http.Get(base + "/health"); err == nil {
-			resp.Body.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the server did not answer /health:\n%s", log.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 
 	st, b := do("POST", "/v1/sandboxes", fmt.Sprintf(`{"image":{"uri":%q},"entrypoint":["sleep","infinity"],"extensions":{"hybox.io/runtime":"runc"},"timeout":600}`, image))
 	if st != http.StatusAccepted {

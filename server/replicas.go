@@ -1,0 +1,247 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hybox-dev/hybox/ingress"
+	"github.com/hybox-dev/hybox/runtimes"
+	"github.com/hybox-dev/hybox/sdks/go/api"
+	"github.com/hybox-dev/hybox/sdks/go/errdefs"
+)
+
+// Replicas. When Options.Shared is set the server is one of several behind
+// one address: the records of sandboxes every replica can reach (container
+// sandboxes on a cluster) live in the shared store, and a replica that gets
+// a request for one it has no live sandbox of adopts it on the spot
+// (adopt: its egress controller rebuilt from the record, the runtime's
+// Restore), whoever created it. Killing a replica therefore loses none of
+// them. The reaper reaps shared records only on the leading replica;
+// every replica reaps its own. Keys that must be alike on every replica
+// (the route signing key) come from the shared store.
+
+// routeKey returns the key that signs route tokens: the shared one among
+// replicas, else this server's own (in the data directory).
+func (s *Server) routeKey(ctx context.Context) ([]byte, error) {
+	if s.opts.Shared == nil {
+		return loadRouteKey(s.opts.DataDir)
+	}
+	ctx, cancel := context.WithTimeout(ctx, sharedTimeout)
+	defer cancel()
+	b, err := s.opts.Shared.Key(ctx, "route", 32)
+	if err != nil {
+		return nil, fmt.Errorf("route key from the shared store: %w", err)
+	}
+	return b, nil
+}
+
+// adoptLocks serialises adoptions per sandbox (not s.lock: the lifecycle
+// handlers that adopt already hold that one).
+type adoptLocks struct{ m sync.Map }
+
+func (a *adoptLocks) lock(id string) func() {
+	m, _ := a.m.LoadOrStore(id, &sync.Mutex{})
+	mu := m.(*sync.Mutex)
+	mu.Lock()
+	return mu.Unlock
+}
+
+// liveOf returns rec's live sandbox, adopting a shared one this replica
+// has none of.
+//
+// # Errors
+// ErrUnavailable (503) when rec is not in a state that can be served or
+// its runtime cannot restore it; the runtime's error otherwise.
+func (s *Server) liveOf(ctx context.Context, rec *Record) (runtimes.Sandbox, error) {
+	if sb, ok := s.liveSandbox(rec.ID); ok {
+		return sb, nil
+	}
+	if !s.store.isShared(rec) {
+		if rec.Message != "" && rec.State == StateFailed {
+			return nil, errdefs.New(api.ErrorCodeUNAVAILABLE, "sandbox %s is %s: %s", rec.ID, rec.State, rec.Message)
+		}
+		return nil, errdefs.New(api.ErrorCodeUNAVAILABLE, "sandbox %s is %s", rec.ID, rec.State)
+	}
+	unlock := s.adopting.lock(rec.ID)
+	defer unlock()
+	if sb, ok := s.liveSandbox(rec.ID); ok {
+		return sb, nil
+	}
+	switch rec.State {
+	case StateRunning, StatePaused:
+	default:
+		return nil, errdefs.New(api.ErrorCodeUNAVAILABLE, "sandbox %s is %s", rec.ID, rec.State)
+	}
+	rt, ok := s.opts.Runtimes.Get(rec.Runtime)
+	if !ok {
+		return nil, errdefs.New(api.ErrorCodeUNAVAILABLE, "sandbox %s: runtime %q is not available on this replica", rec.ID, rec.Runtime)
+	}
+	eg, err := s.newEgress(rec, false)
+	if err != nil {
+		return nil, err
+	}
+	spec := s.spec(rec)
+	spec.Egress = eg
+	sb, err := rt.Restore(ctx, spec)
+	if err != nil {
+		_ = eg.Close()
+		return nil, fmt.Errorf("adopt sandbox %s: %w", rec.ID, err)
+	}
+	s.log.Info("adopted a sandbox of the shared store", "id", rec.ID, "runtime", rec.Runtime)
+	s.mu.Lock()
+	s.egress[rec.ID] = eg
+	s.mu.Unlock()
+	s.attach(rec.ID, sb)
+	return sb, nil
+}
+
+// forget drops this replica's live sandbox of id, whose record is gone
+// (another replica deleted it): the instance is closed, not destroyed.
+func (s *Server) forget(ctx context.Context, id string) {
+	if s.opts.Shared == nil {
+		return
+	}
+	s.mu.Lock()
+	sb, eg := s.live[id], s.egress[id]
+	delete(s.live, id)
+	delete(s.egress, id)
+	s.mu.Unlock()
+	if sb != nil {
+		s.log.Info("dropping a sandbox another replica deleted", "id", id)
+		_ = sb.Close(ctx)
+	}
+	if eg != nil {
+		_ = eg.Close()
+	}
+}
+
+// headerForwardedBy marks a request one replica forwarded to the owner of
+// its sandbox; such a request is never forwarded again.
+const headerForwardedBy = "X-Hybox-Forwarded-By"
+
+// reasonOwnerLost is the reason of a sandbox whose owner replica is gone.
+const reasonOwnerLost = "OwnerLost"
+
+// reapable returns the records this replica's reaper looks at: its own,
+// and when it leads, the shared records and the copies of sandboxes whose
+// owner is gone.
+func (s *Server) reapable(ctx context.Context) ([]*Record, error) {
+	recs, err := s.store.listLocal()
+	if err != nil || s.opts.Shared == nil || !s.opts.Shared.Leading() {
+		return recs, err
+	}
+	all, err := s.store.list()
+	if err != nil {
+		return nil, err
+	}
+	own := map[string]bool{}
+	for _, r := range recs {
+		own[r.ID] = true
+	}
+	for _, r := range all {
+		switch {
+		case own[r.ID]:
+		case s.store.isShared(r):
+			recs = append(recs, r)
+		case r.Owner != "" && r.Owner != s.opts.Replica:
+			if alive, err := s.opts.Shared.Alive(ctx, r.Owner); err == nil && !alive {
+				recs = append(recs, r)
+			}
+		}
+	}
+	return recs, nil
+}
+
+// stampOwner names this replica as the owner of rec when rec lives in this
+// process alone among several replicas.
+func (s *Server) stampOwner(rec *Record) {
+	if s.opts.Shared != nil && !s.store.isShared(rec) {
+		rec.Owner, rec.OwnerAddress = s.opts.Replica, s.opts.ReplicaAddress
+	}
+}
+
+// sandboxOfRequest returns the id of the sandbox r is about ("" when none):
+// a lifecycle or proxy path (/sandboxes/{id}..., with or without /v1), or
+// an ingress header or host route.
+func sandboxOfRequest(r *http.Request, rt *ingress.Router) string {
+	if rt.Claims(r) {
+		return rt.Sandbox(r)
+	}
+	p := strings.TrimPrefix(r.URL.Path, "/v1")
+	rest, ok := strings.CutPrefix(p, "/sandboxes/")
+	if !ok {
+		return ""
+	}
+	id, _, _ := strings.Cut(rest, "/")
+	return id
+}
+
+// forward sends r to the replica that owns its sandbox when that is
+// another one, and reports whether it did (then the answer is written). A
+// sandbox whose owner is gone is marked lost and served here as such.
+func (s *Server) forward(w http.ResponseWriter, r *http.Request, rt *ingress.Router) bool {
+	if s.opts.Shared == nil || r.Header.Get(headerForwardedBy) != "" {
+		return false
+	}
+	id := sandboxOfRequest(r, rt)
+	if id == "" || s.store.hasLocal(id) {
+		return false
+	}
+	rec, err := s.store.get(id)
+	if err != nil || s.store.isShared(rec) || rec.Owner == "" || rec.Owner == s.opts.Replica {
+		return false // answered here: not found, a Pod sandbox, or ours
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), sharedTimeout)
+	alive, err := s.opts.Shared.Alive(ctx, rec.Owner)
+	cancel()
+	if err != nil {
+		errdefs.Write(w, sharedErr("is replica "+rec.Owner+" alive", err))
+		return true
+	}
+	if !alive {
+		s.markLost(rec)
+		return false
+	}
+	target, err := url.Parse(rec.OwnerAddress)
+	if err != nil || target.Host == "" {
+		errdefs.Write(w, errdefs.New(api.ErrorCodeUNAVAILABLE, "sandbox %s lives in replica %s, whose address %q is not usable", id, rec.Owner, rec.OwnerAddress))
+		return true
+	}
+	owner := rec.Owner
+	p := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.Out.Host = pr.In.Host
+			pr.Out.Header.Set(headerForwardedBy, s.opts.Replica)
+		},
+		FlushInterval: -1, // streams (SSE, command output) pass at once
+		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
+			s.log.Warn("forward to the owner replica", "id", id, "owner", owner, "err", err)
+			errdefs.Write(w, errdefs.New(api.ErrorCodeUNAVAILABLE, "sandbox %s lives in replica %s, which does not answer", id, owner))
+		},
+	}
+	p.ServeHTTP(w, r)
+	return true
+}
+
+// markLost records that rec's owner replica is gone: its copy says Failed,
+// OwnerLost, so every replica lists it as lost rather than missing. The
+// owner, started again with its data directory, serves it again.
+func (s *Server) markLost(rec *Record) {
+	if rec.State == StateFailed && rec.Reason == reasonOwnerLost {
+		return
+	}
+	rec.State, rec.Reason = StateFailed, reasonOwnerLost
+	rec.Message = fmt.Sprintf("this sandbox lived in replica %s, which is gone; a wasm sandbox lives in the process that made it and its state stayed there (delete it, or start that replica again)", rec.Owner)
+	rec.LastTransitionAt = time.Now().UTC()
+	s.log.Warn("sandbox lost with its replica", "id", rec.ID, "owner", rec.Owner)
+	if err := s.store.putCopy(rec); err != nil {
+		s.log.Warn("mark sandbox lost", "id", rec.ID, "err", err)
+	}
+}
