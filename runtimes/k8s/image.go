@@ -8,7 +8,11 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"path"
+	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/hybox-dev/hybox/internal/ociarchive"
@@ -31,27 +35,97 @@ var execdImageCreated = time.Unix(1704067200, 0).UTC()
 // # Errors
 // When the binary cannot be read or the archive cannot be written.
 func ExecdImageArchive(ctx context.Context, out io.Writer, execdBinary string) (string, error) {
-	bin, err := os.ReadFile(execdBinary)
+	return packImage(ctx, out, execdImageRepo, []imageFile{{Name: ExecdInImage[1:], Path: execdBinary, Mode: 0o755}},
+		[]string{ExecdInImage}, "runtimes/k8s.ExecdImageArchive: the static hybox-execd")
+}
+
+// Where the hybox server's image holds its parts.
+const (
+	serverImageRepo = "localhost/hybox/hybox"
+	// ServerInImage is the hybox binary in the server's image.
+	ServerInImage = "/usr/local/bin/hybox"
+	// GuestDirInImage holds the wasm guests in the server's image (its
+	// configuration's wasm.guest_dir).
+	GuestDirInImage = "/opt/hybox/guests"
+)
+
+// ServerImageArchive writes the hybox server's image, which
+// deploy/kubernetes/hybox.yaml runs, as an OCI image archive to out: the
+// static hybox binary (built with CGO_ENABLED=0) at ServerInImage and the
+// regular files of guestDir (make guests: python-hybox.wasm and its
+// stdlib, quickjs.wasm) under GuestDirInImage, plus /tmp. It is named
+// localhost/hybox/hybox:<12 hex digits of the files' sha256>; the name is
+// returned.
+//
+// # Errors
+// When a file cannot be read or the archive cannot be written.
+func ServerImageArchive(ctx context.Context, out io.Writer, hyboxBinary, guestDir string) (string, error) {
+	files := []imageFile{{Name: ServerInImage[1:], Path: hyboxBinary, Mode: 0o755}, {Name: "tmp", Mode: 0o1777, Dir: true}}
+	entries, err := os.ReadDir(guestDir)
 	if err != nil {
-		return "", fmt.Errorf("hybox-execd binary: %w", err)
+		return "", fmt.Errorf("guests: %w", err)
 	}
-	sum := sha256.Sum256(bin)
-	name := execdImageRepo + ":" + hex.EncodeToString(sum[:])[:12]
+	for _, e := range entries {
+		if e.Type().IsRegular() {
+			files = append(files, imageFile{Name: GuestDirInImage[1:] + "/" + e.Name(), Path: filepath.Join(guestDir, e.Name()), Mode: 0o644})
+		}
+	}
+	return packImage(ctx, out, serverImageRepo, files, []string{ServerInImage, "serve"}, "runtimes/k8s.ServerImageArchive: hybox and its wasm guests")
+}
+
+// imageFile is one entry of an image built by packImage: a file read from
+// Path, or a directory.
+type imageFile struct {
+	Name string // inside the image, without the leading /
+	Path string
+	Mode int64
+	Dir  bool
+}
+
+// packImage packs files (and their parent directories) as the one layer
+// of an image named repo:<12 hex digits of the sha256 of its entries>.
+func packImage(ctx context.Context, out io.Writer, repo string, files []imageFile, cmd []string, createdBy string) (string, error) {
 	var rootfs bytes.Buffer
 	tw := tar.NewWriter(&rootfs)
-	if err := tw.WriteHeader(&tar.Header{Name: "hybox-execd", Mode: 0o755, Size: int64(len(bin)),
-		Typeflag: tar.TypeReg, ModTime: execdImageCreated}); err != nil {
-		return "", err
+	sum := sha256.New()
+	dirs := map[string]bool{}
+	for _, f := range files {
+		for d := path.Dir(f.Name); d != "." && !dirs[d]; d = path.Dir(d) {
+			dirs[d] = true
+		}
 	}
-	if _, err := tw.Write(bin); err != nil {
-		return "", err
+	for _, d := range slices.Sorted(maps.Keys(dirs)) {
+		if err := tw.WriteHeader(&tar.Header{Name: d + "/", Mode: 0o755, Typeflag: tar.TypeDir, ModTime: execdImageCreated}); err != nil {
+			return "", err
+		}
+	}
+	for _, f := range files {
+		fmt.Fprintf(sum, "%s %o %t\n", f.Name, f.Mode, f.Dir)
+		if f.Dir {
+			if err := tw.WriteHeader(&tar.Header{Name: f.Name + "/", Mode: f.Mode, Typeflag: tar.TypeDir, ModTime: execdImageCreated}); err != nil {
+				return "", err
+			}
+			continue
+		}
+		b, err := os.ReadFile(f.Path)
+		if err != nil {
+			return "", fmt.Errorf("image file %s: %w", f.Name, err)
+		}
+		sum.Write(b)
+		if err := tw.WriteHeader(&tar.Header{Name: f.Name, Mode: f.Mode, Size: int64(len(b)),
+			Typeflag: tar.TypeReg, ModTime: execdImageCreated}); err != nil {
+			return "", err
+		}
+		if _, err := tw.Write(b); err != nil {
+			return "", err
+		}
 	}
 	if err := tw.Close(); err != nil {
 		return "", err
 	}
-	_, err = ociarchive.Pack(ctx, out, &rootfs, ociarchive.Options{
-		Name: name, Created: execdImageCreated, Cmd: []string{ExecdInImage},
-		CreatedBy: "runtimes/k8s.ExecdImageArchive: the static hybox-execd",
+	name := repo + ":" + hex.EncodeToString(sum.Sum(nil))[:12]
+	_, err := ociarchive.Pack(ctx, out, &rootfs, ociarchive.Options{
+		Name: name, Created: execdImageCreated, Cmd: cmd, CreatedBy: createdBy,
 	})
 	if err != nil {
 		return "", err

@@ -5,14 +5,19 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -58,13 +63,65 @@ func readManifests(t *testing.T) []*unstructured.Unstructured {
 	return out
 }
 
-// TestManifests applies deploy/kubernetes to the test cluster (the
-// Deployment as a server-side dry run: its image is not on the node) and
-// then runs two `hybox serve` processes with the credentials of the
-// ServiceAccount those manifests make, and nothing else: the RBAC they
-// grant is enough to serve Pod sandboxes with shared state (create,
-// command through the other replica, the lead, delete), and it refuses
-// what hybox has no business doing.
+// relayAPIServer listens on the node's bridge address and relays each
+// connection to the API server, whose own listener is on loopback: the test
+// cluster has no kube-proxy behind the kubernetes Service, so this is how
+// its Pods reach the API server. It returns the relay's host:port; the
+// test's cleanup closes it and every relayed connection.
+func relayAPIServer(t *testing.T, apiserver string) string {
+	t.Helper()
+	l, err := net.Listen("tcp", nodeIP+":0")
+	if err != nil {
+		t.Fatalf("relay on the node's address: %v", err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", apiserver)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, c, up)
+			mu.Unlock()
+			go func() { _, _ = io.Copy(up, c); up.Close() }()
+			go func() { _, _ = io.Copy(c, up); c.Close() }()
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return l.Addr().String()
+}
+
+// nodeIP is the test cluster's node address (scripts/k8s/cluster.sh).
+const nodeIP = "10.248.0.1"
+
+// TestManifests deploys hybox with deploy/kubernetes onto the test cluster:
+// the server's image (k8s.ServerImageArchive) imported into the node, the
+// manifests applied as they are but for what a test must change (the
+// images' names, a kubeconfig for the ServiceAccount's token, since the
+// test cluster has no kube-proxy for the in-cluster address, and shorter
+// leases). Two replicas run as Pods with the least-privilege RBAC of the
+// manifests; a Pod sandbox made through one is commanded through the
+// other, and so is a wasm sandbox (forwarded to its owner); after one
+// replica's Pod is deleted (grace 0), the other serves the Pod sandbox and
+// reports the wasm sandbox lost; the ServiceAccount is refused what hybox
+// has no business doing; nothing is left.
 func TestManifests(t *testing.T) {
 	env := k8stest.Cluster(t)
 	execdImage := env.ExecdImage(t)
@@ -72,6 +129,29 @@ func TestManifests(t *testing.T) {
 	_, guests := hyboxBinary(t)
 	ctx := context.Background()
 	const ns = "hybox"
+
+	// The server's image: a static hybox and the guests.
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "hybox")
+	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "./cmd/hybox")
+	build.Dir = ocitest.RepoRoot()
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build a static hybox: %v\n%s", err, out)
+	}
+	archive := filepath.Join(dir, "hybox-server.oci.tar")
+	f, err := os.Create(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serverImage, err := k8s.ServerImageArchive(ctx, f, bin, guests)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatalf("server image: %v", err)
+	}
+	env.Import(t, archive)
 
 	dyn, err := dynamic.NewForConfig(env.Config)
 	if err != nil {
@@ -88,7 +168,8 @@ func TestManifests(t *testing.T) {
 			made[i]()
 		}
 	})
-	for _, obj := range readManifests(t) {
+	apply := func(obj *unstructured.Unstructured) {
+		t.Helper()
 		gvk := obj.GroupVersionKind()
 		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 		if err != nil {
@@ -101,22 +182,16 @@ func TestManifests(t *testing.T) {
 		if obj.GetNamespace() != "" {
 			res = dyn.Resource(m.Resource).Namespace(obj.GetNamespace())
 		}
-		opts := metav1.CreateOptions{}
-		if gvk.Kind == "Deployment" {
-			opts.DryRun = []string{metav1.DryRunAll}
-		}
-		_, err = res.Create(ctx, obj, opts)
+		_, err = res.Create(ctx, obj, metav1.CreateOptions{})
 		switch {
 		case apierrors.IsAlreadyExists(err) && (gvk.Kind == "RuntimeClass" || gvk.Kind == "CustomResourceDefinition"):
 			// The test cluster has them already (the CRD from another test).
 		case err != nil:
 			t.Fatalf("apply %s %s: %v", gvk.Kind, obj.GetName(), err)
-		case opts.DryRun == nil:
-			name := obj.GetName()
-			kind := gvk.Kind
-			if kind == "CustomResourceDefinition" || kind == "ConfigMap" || kind == "Service" {
-				break // kept (the CRD) or gone with the namespace
-			}
+		case gvk.Kind == "CustomResourceDefinition" || obj.GetNamespace() == ns:
+			// Kept (the CRD), or gone with the namespace.
+		default:
+			name, kind := obj.GetName(), gvk.Kind
 			made = append(made, func() {
 				if err := res.Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 					t.Errorf("delete %s %s: %v", kind, name, err)
@@ -124,33 +199,102 @@ func TestManifests(t *testing.T) {
 			})
 		}
 	}
-
-	// A kubeconfig with the ServiceAccount's token alone.
+	objs := readManifests(t)
+	apply(objs[0]) // the namespace, then what the test adds to it
+	if objs[0].GetKind() != "Namespace" {
+		t.Fatalf("namespace.yaml comes first, got %s", objs[0].GetKind())
+	}
+	// The keys, and a kubeconfig with the ServiceAccount's token alone.
+	secrets := env.Client.CoreV1().Secrets(ns)
+	const key = "k8s-manifests-test"
+	if _, err := secrets.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "hybox-keys"},
+		StringData: map[string]string{"api-key": key, "vault-key": strings.Repeat("ab", 32)}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, obj := range objs[1:] {
+		if obj.GetKind() == "ServiceAccount" {
+			apply(obj)
+		}
+	}
 	tok, err := env.Client.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "hybox",
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr(int64(3600))}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("a token of ServiceAccount hybox: %v", err)
 	}
-	saConfig := &rest.Config{Host: env.Config.Host, BearerToken: tok.Status.Token, TLSClientConfig: rest.TLSClientConfig{CAData: env.Config.CAData, CAFile: env.Config.CAFile}}
-	dir := t.TempDir()
-	kubeconfig := filepath.Join(dir, "sa.kubeconfig")
 	ca := env.Config.CAData
 	if len(ca) == 0 && env.Config.CAFile != "" {
 		if ca, err = os.ReadFile(env.Config.CAFile); err != nil {
 			t.Fatal(err)
 		}
 	}
+	relay := relayAPIServer(t, strings.TrimPrefix(env.Config.Host, "https://"))
 	kc := clientcmdapi.NewConfig()
-	kc.Clusters["test"] = &clientcmdapi.Cluster{Server: env.Config.Host, CertificateAuthorityData: ca}
+	kc.Clusters["test"] = &clientcmdapi.Cluster{Server: "https://" + relay, CertificateAuthorityData: ca}
 	kc.AuthInfos["hybox"] = &clientcmdapi.AuthInfo{Token: tok.Status.Token}
 	kc.Contexts["hybox"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "hybox", Namespace: ns}
 	kc.CurrentContext = "hybox"
-	if err := clientcmd.WriteToFile(*kc, kubeconfig); err != nil {
+	kcBytes, err := clientcmd.Write(*kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := secrets.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "hybox-kubeconfig"},
+		Data: map[string][]byte{"kubeconfig": kcBytes}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 
+	// The rest, with the test's changes.
+	for _, obj := range objs[1:] {
+		switch obj.GetKind() {
+		case "ServiceAccount":
+			continue
+		case "ConfigMap":
+			toml, _, _ := unstructured.NestedString(obj.Object, "data", "hybox.toml")
+			for old, repl := range map[string]string{
+				`execd_image = "localhost/hybox/execd:latest"`: fmt.Sprintf("execd_image = %q\nkubeconfig = \"/etc/hybox/kube/kubeconfig\"\nunenforced_egress = true\nlease_duration = \"3s\"", execdImage),
+				`guest_dir = "/opt/hybox/guests"`:              "guest_dir = \"/opt/hybox/guests\"\npython_ready = 1",
+			} {
+				if !strings.Contains(toml, old) {
+					t.Fatalf("the ConfigMap's hybox.toml has no line %s", old)
+				}
+				toml = strings.Replace(toml, old, repl, 1)
+			}
+			if err := unstructured.SetNestedField(obj.Object, toml, "data", "hybox.toml"); err != nil {
+				t.Fatal(err)
+			}
+		case "Deployment":
+			tmpl, _, _ := unstructured.NestedMap(obj.Object, "spec", "template", "spec")
+			ctrs := tmpl["containers"].([]any)
+			c := ctrs[0].(map[string]any)
+			c["image"], c["imagePullPolicy"] = serverImage, "Never"
+			c["volumeMounts"] = append(c["volumeMounts"].([]any), map[string]any{"name": "kube", "mountPath": "/etc/hybox/kube", "readOnly": true})
+			tmpl["volumes"] = append(tmpl["volumes"].([]any), map[string]any{"name": "kube", "secret": map[string]any{"secretName": "hybox-kubeconfig"}})
+			if err := unstructured.SetNestedMap(obj.Object, tmpl, "spec", "template", "spec"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		apply(obj)
+	}
+	// Undone first: the namespace, then wait for its Pods to be gone.
+	made = append(made, func() {
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			pods, err := env.Client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+			if err == nil && len(pods.Items) == 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("Pods left in %s: %d (err %v)", ns, len(pods.Items), err)
+				return
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+	}, func() {
+		_ = env.Client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
+	})
+
 	// What the ServiceAccount may not do.
-	sa, err := kubernetes.NewForConfig(saConfig)
+	sa, err := kubernetes.NewForConfig(&rest.Config{Host: env.Config.Host, BearerToken: tok.Status.Token,
+		TLSClientConfig: rest.TLSClientConfig{CAData: ca}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,69 +308,118 @@ func TestManifests(t *testing.T) {
 		t.Errorf("the ServiceAccount lists Nodes: %v, want Forbidden", err)
 	}
 
-	// Two servers with exactly those rights.
-	const key = "k8s-manifests-test"
-	conf := func(name, addr string) string {
-		return fmt.Sprintf(`addr = %q
-data_dir = %q
-api_key = %q
-
-[wasm]
-guest_dir = %q
-python_ready = 1
-
-[kubernetes]
-enabled = true
-kubeconfig = %q
-namespace = %q
-execd_image = %q
-unenforced_egress = true
-shared_state = true
-replica = %q
-lease_duration = "3s"
-`, addr, filepath.Join(dir, name), key, guests, kubeconfig, ns, execdImage, name)
+	// Two replicas Ready.
+	pods := env.Client.CoreV1().Pods(ns)
+	servers := func(want int) []corev1.Pod {
+		t.Helper()
+		deadline := time.Now().Add(3 * time.Minute)
+		for {
+			l, err := pods.List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=server"})
+			var ready []corev1.Pod
+			if err == nil {
+				for _, p := range l.Items {
+					if p.DeletionTimestamp == nil && podReady(&p) {
+						ready = append(ready, p)
+					}
+				}
+			}
+			if len(ready) >= want {
+				return ready
+			}
+			if time.Now().After(deadline) {
+				for _, p := range l.Items {
+					logs, _ := pods.GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+					t.Logf("Pod %s: %s %v\n%s", p.Name, p.Status.Phase, p.Status.ContainerStatuses, logs)
+				}
+				t.Fatalf("%d of %d hybox replicas Ready (err %v)", len(ready), want, err)
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
 	}
-	addrA, addrB := freeAddr(t), freeAddr(t)
-	a := startServe(t, dir, "sa-a", addrA, key, conf("sa-a", addrA))
-	b := startServe(t, dir, "sa-b", addrB, key, conf("sa-b", addrB))
-	st, body := a.do("POST", "/v1/sandboxes", fmt.Sprintf(`{"image":{"uri":%q},"entrypoint":["sleep","infinity"],"extensions":{"hybox.io/runtime":"runc"},"timeout":600}`, image))
+	ready := servers(2)
+	one := &serveProc{t: t, base: "http://" + net.JoinHostPort(ready[0].Status.PodIP, "8080"), key: key}
+	two := &serveProc{t: t, base: "http://" + net.JoinHostPort(ready[1].Status.PodIP, "8080"), key: key}
+	st, body := one.do("POST", "/v1/sandboxes", fmt.Sprintf(`{"image":{"uri":%q},"entrypoint":["sleep","infinity"],"extensions":{"hybox.io/runtime":"runc"},"timeout":600}`, image))
 	if st != http.StatusAccepted {
-		t.Fatalf("create with the ServiceAccount's rights: %d %s", st, body)
+		t.Fatalf("create through replica %s: %d %s", ready[0].Name, st, body)
 	}
 	var sb struct{ ID string }
 	if err := json.Unmarshal(body, &sb); err != nil {
 		t.Fatal(err)
 	}
-	st, body = b.do("POST", "/v1/sandboxes/"+sb.ID+"/proxy/44772/command", `{"command":"echo with-least-privilege"}`)
-	if st != http.StatusOK || !bytes.Contains(body, []byte("with-least-privilege")) {
-		t.Fatalf("command through the other replica: %d %s", st, body)
+	st, body = one.do("POST", "/v1/sandboxes", `{"image":{"uri":"wasm://default"},"timeout":600}`)
+	if st != http.StatusAccepted {
+		t.Fatalf("create a wasm sandbox through replica %s: %d %s", ready[0].Name, st, body)
 	}
-	deadline := time.Now().Add(time.Minute)
+	var wsb struct{ ID string }
+	if err := json.Unmarshal(body, &wsb); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{sb.ID, wsb.ID} {
+		st, body := two.do("POST", "/v1/sandboxes/"+id+"/proxy/44772/command", `{"command":"echo in-the-cluster"}`)
+		if st != http.StatusOK || !bytes.Contains(body, []byte("in-the-cluster")) {
+			t.Fatalf("command in %s through replica %s: %d %s", id, ready[1].Name, st, body)
+		}
+	}
+
+	// One replica's Pod killed: the other serves the Pod sandbox, and
+	// reports the wasm sandbox, which lived in the killed one, lost.
+	if err := pods.Delete(ctx, ready[0].Name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	if st, body := two.do("POST", "/v1/sandboxes/"+sb.ID+"/proxy/44772/command", `{"command":"echo still-served"}`); st != http.StatusOK || !bytes.Contains(body, []byte("still-served")) {
+		t.Fatalf("the Pod sandbox after replica %s's Pod was killed: %d %s", ready[0].Name, st, body)
+	}
 	for {
-		l, err := env.Client.CoordinationV1().Leases(ns).Get(ctx, k8s.LeaseName, metav1.GetOptions{})
-		if err == nil && l.Spec.HolderIdentity != nil && (*l.Spec.HolderIdentity == "sa-a" || *l.Spec.HolderIdentity == "sa-b") {
+		st, body := two.do("GET", "/v1/sandboxes/"+wsb.ID, "")
+		if st == http.StatusOK && bytes.Contains(body, []byte(`"OwnerLost"`)) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no replica took the lead with the ServiceAccount's rights (lease %v, err %v)", l, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	if st, body := b.do("DELETE", "/v1/sandboxes/"+sb.ID, ""); st != http.StatusNoContent {
-		t.Fatalf("delete: %d %s", st, body)
-	}
-	a.stop()
-	b.stop()
-	for {
-		pods, err := env.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-		if err == nil && len(pods.Items) == 0 {
-			break
-		}
-		if time.Now().After(deadline.Add(time.Minute)) {
-			t.Fatalf("Pods left in %s: %v (err %v)", ns, pods, err)
+			t.Fatalf("the wasm sandbox of killed replica %s: %d %s, want Failed OwnerLost", ready[0].Name, st, body)
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
+	// The Deployment's new replica serves the Pod sandbox too.
+	var three *serveProc
+	for _, p := range servers(2) {
+		if p.Name != ready[1].Name {
+			three = &serveProc{t: t, base: "http://" + net.JoinHostPort(p.Status.PodIP, "8080"), key: key}
+		}
+	}
+	if three == nil {
+		t.Fatal("no new replica")
+	}
+	st, body = three.do("POST", "/v1/sandboxes/"+sb.ID+"/proxy/44772/command", `{"command":"echo new-replica"}`)
+	if st != http.StatusOK || !bytes.Contains(body, []byte("new-replica")) {
+		t.Fatalf("the Pod sandbox through the new replica: %d %s", st, body)
+	}
+	for _, id := range []string{sb.ID, wsb.ID} {
+		if st, body := three.do("DELETE", "/v1/sandboxes/"+id, ""); st != http.StatusNoContent {
+			t.Errorf("delete %s: %d %s", id, st, body)
+		}
+	}
+	for {
+		l, err := pods.List(ctx, metav1.ListOptions{LabelSelector: k8s.LabelManagedBy + "=hybox"})
+		if err == nil && len(l.Items) == 0 {
+			break
+		}
+		if time.Now().After(deadline.Add(time.Minute)) {
+			t.Fatalf("sandbox Pods left: %d (err %v)", len(l.Items), err)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// podReady reports whether p's Ready condition is true.
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 func ptr[T any](v T) *T { return &v }

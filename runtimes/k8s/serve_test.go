@@ -35,7 +35,7 @@ var hyboxBin struct {
 
 // hyboxBinary builds ./cmd/hybox once per test binary and checks that the
 // wasm guests are built.
-func hyboxBinary(t *testing.T) (bin, guests string) {
+func hyboxBinary(t testing.TB) (bin, guests string) {
 	t.Helper()
 	repo := ocitest.RepoRoot()
 	guests = filepath.Join(repo, "build", "guests")
@@ -61,7 +61,7 @@ func hyboxBinary(t *testing.T) (bin, guests string) {
 
 // serveProc is one `hybox serve` process of a test.
 type serveProc struct {
-	t    *testing.T
+	t    testing.TB
 	base string
 	key  string
 	cmd  *exec.Cmd
@@ -70,7 +70,7 @@ type serveProc struct {
 }
 
 // freeAddr returns a loopback address nothing listens on.
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -83,7 +83,7 @@ func freeAddr(t *testing.T) string {
 // startServe starts `hybox serve` on addr with the configuration toml
 // (written to dir/name.toml) and waits for its /health. The test's cleanup
 // stops it (SIGTERM, then SIGKILL) and prints its log when the test failed.
-func startServe(t *testing.T, dir, name, addr, key, toml string) *serveProc {
+func startServe(t testing.TB, dir, name, addr, key, toml string) *serveProc {
 	t.Helper()
 	bin, _ := hyboxBinary(t)
 	conf := filepath.Join(dir, name+".toml")
