@@ -18,7 +18,7 @@ API_KEY_FILE ?= $(CURDIR)/build/api-key
 VAULT_KEY_FILE ?= $(CURDIR)/build/vault-key
 export HYBOX_GUEST_DIR := $(GUEST_DIR)
 
-.PHONY: all build guests run stop test test-k8s-cached test-unit test-sdk test-sdk-js test-sdk-python test-sdk-parity test-e2e test-fuzz bench bench-sdk-js bench-sdk-python check generate generate-python fmt vet clean deps containers-deps gvisor containerd containerd-stop image sdk-js-deps k8s-build k8s-up k8s-down test-k8s
+.PHONY: all build guests run stop test test-k8s-cached test-unit test-sdk test-sdk-js test-sdk-python test-sdk-parity test-e2e test-fuzz bench bench-sdk-js bench-sdk-python check generate generate-python fmt vet clean deps containers-deps gvisor containerd containerd-stop image sdk-js-deps k8s-build k8s-up k8s-down k8s-images test-k8s
 
 all: build
 
@@ -87,8 +87,13 @@ k8s-up:
 k8s-down:
 	@$(K8S_ENV) ./scripts/k8s/cluster.sh down
 
+# The images deploy/kubernetes runs (the server's, hybox-execd's) as OCI archives in build/k8s.
+k8s-images: guests
+	@echo "make: packing the server's and hybox-execd's images into build/k8s"
+	@$(GO) run ./scripts/k8s/images -out build/k8s -guests build/guests
+
 # The Kubernetes backend (runtimes/k8s) on the test cluster: the conformance suite on runc and
-# gvisor Pods, bad input. Uses a cluster that is up (make k8s-up), else brings one up and down.
+# gvisor Pods, bad input, two replicas sharing the cluster, hybox deployed from deploy/kubernetes. Uses a cluster that is up (make k8s-up), else brings one up and down.
 # `make test` runs it when the binaries are already built (test-k8s-cached); there
 # (`go test ./...`) these tests skip unless a cluster is up.
 # As root a cluster that cannot be built is a failure here.

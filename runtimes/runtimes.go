@@ -176,6 +176,17 @@ type Sweeper interface {
 	Sweep(ctx context.Context, keep func(id string) bool) error
 }
 
+// ReplicaSweeper is implemented by runtimes whose sandboxes several server
+// replicas share (the Kubernetes backend): their sandboxes name the
+// replica that made them, so that the leading replica can remove what a
+// replica that died left half-made (a create in flight, its pool members)
+// without touching what a living one is making.
+type ReplicaSweeper interface {
+	// SweepReplicas removes every sandbox of the runtime whose id and maker
+	// keep rejects (maker is "" for sandboxes that name none).
+	SweepReplicas(ctx context.Context, keep func(id, maker string) bool) error
+}
+
 // Image is an image known to a backend (the wire type Image).
 type Image = api.Image
 

@@ -47,12 +47,12 @@ func (s *Server) authorizeSandbox(r *http.Request, id string, port int) error {
 		return nil
 	}
 	if tok := r.Header.Get(headerEgressAuth); tok != "" && port == egressPort {
-		if rec, err := s.store.get(id); err == nil && constantTimeEqual(tok, egressToken(rec)) {
+		if rec, err := s.proxyRecord(r.Context(), id); err == nil && constantTimeEqual(tok, egressToken(rec)) {
 			return nil
 		}
 	}
 	if tok := r.Header.Get(headerExecdToken); tok != "" {
-		if rec, err := s.store.get(id); err == nil && constantTimeEqual(tok, rec.Token) {
+		if rec, err := s.proxyRecord(r.Context(), id); err == nil && constantTimeEqual(tok, rec.Token) {
 			return nil
 		}
 	}
@@ -65,7 +65,7 @@ func (s *Server) authorizeSandbox(r *http.Request, id string, port int) error {
 // Resolve implements ingress.Resolver over the live sandboxes.
 // Traffic that reaches a sandbox renews it when it opted in (renew.go).
 func (s *Server) Resolve(ctx context.Context, id string, port int) (_ ingress.Target, retErr error) {
-	rec, err := s.store.get(id)
+	rec, err := s.proxyRecord(ctx, id)
 	if errors.Is(err, runtimes.ErrNotFound) {
 		s.forget(ctx, id)
 	}
@@ -112,7 +112,8 @@ func (s *Server) withIngress(api http.Handler) (http.Handler, error) {
 		return nil, err
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.forward(w, r, rt) {
+		forwarded, r := s.forward(w, r, rt)
+		if forwarded {
 			return // to the replica that holds the sandbox (replicas.go)
 		}
 		if rt.Claims(r) {

@@ -185,33 +185,39 @@ func sandboxOfRequest(r *http.Request, rt *ingress.Router) string {
 // forward sends r to the replica that owns its sandbox when that is
 // another one, and reports whether it did (then the answer is written). A
 // sandbox whose owner is gone is marked lost and served here as such.
-func (s *Server) forward(w http.ResponseWriter, r *http.Request, rt *ingress.Router) bool {
+// When it does not forward, it returns r with the record it read attached
+// (fetchedRecord), so that the proxy path does not read it again.
+func (s *Server) forward(w http.ResponseWriter, r *http.Request, rt *ingress.Router) (bool, *http.Request) {
 	if s.opts.Shared == nil || r.Header.Get(headerForwardedBy) != "" {
-		return false
+		return false, r
 	}
 	id := sandboxOfRequest(r, rt)
 	if id == "" || s.store.hasLocal(id) {
-		return false
+		return false, r
 	}
 	rec, err := s.store.get(id)
-	if err != nil || s.store.isShared(rec) || rec.Owner == "" || rec.Owner == s.opts.Replica {
-		return false // answered here: not found, a Pod sandbox, or ours
+	if err != nil {
+		return false, r // answered here: not found
+	}
+	if s.store.isShared(rec) || rec.Owner == "" || rec.Owner == s.opts.Replica {
+		// A Pod sandbox, or ours: served here.
+		return false, r.WithContext(context.WithValue(r.Context(), fetchedKey{}, rec))
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), sharedTimeout)
 	alive, err := s.opts.Shared.Alive(ctx, rec.Owner)
 	cancel()
 	if err != nil {
 		errdefs.Write(w, sharedErr("is replica "+rec.Owner+" alive", err))
-		return true
+		return true, r
 	}
 	if !alive {
 		s.markLost(rec)
-		return false
+		return false, r.WithContext(context.WithValue(r.Context(), fetchedKey{}, rec))
 	}
 	target, err := url.Parse(rec.OwnerAddress)
 	if err != nil || target.Host == "" {
 		errdefs.Write(w, errdefs.New(api.ErrorCodeUNAVAILABLE, "sandbox %s lives in replica %s, whose address %q is not usable", id, rec.Owner, rec.OwnerAddress))
-		return true
+		return true, r
 	}
 	owner := rec.Owner
 	p := &httputil.ReverseProxy{
@@ -227,7 +233,20 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rt *ingress.Rou
 		},
 	}
 	p.ServeHTTP(w, r)
-	return true
+	return true, r
+}
+
+// fetchedKey carries the record forward read for its request.
+type fetchedKey struct{}
+
+// proxyRecord returns the record of id for the proxy path: the one read
+// for this request already (forward), else the store's. Lifecycle handlers
+// read theirs under the sandbox's lock instead (getRecord).
+func (s *Server) proxyRecord(ctx context.Context, id string) (*Record, error) {
+	if r, ok := ctx.Value(fetchedKey{}).(*Record); ok && r.ID == id {
+		return r, nil
+	}
+	return s.store.get(id)
 }
 
 // markLost records that rec's owner replica is gone: its copy says Failed,
@@ -243,5 +262,60 @@ func (s *Server) markLost(rec *Record) {
 	s.log.Warn("sandbox lost with its replica", "id", rec.ID, "owner", rec.Owner)
 	if err := s.store.putCopy(rec); err != nil {
 		s.log.Warn("mark sandbox lost", "id", rec.ID, "err", err)
+	}
+}
+
+// sweepEvery is how many reaper rounds pass between two sweeps of what
+// dead replicas left (sweepReplicas).
+const sweepEvery = 10
+
+// sweepReplicas, on the leading replica, removes the Pods of shared
+// runtimes that have no record and were made by a replica that is gone: a
+// create it was in the middle of, its pool members. What a living replica
+// makes is left alone, and so is what names no maker.
+func (s *Server) sweepReplicas(ctx context.Context) {
+	if s.opts.Shared == nil || !s.opts.Shared.Leading() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*sharedTimeout)
+	defer cancel()
+	recs, err := s.opts.Shared.List(ctx)
+	if err != nil {
+		s.log.Warn("sweep: list shared records", "err", err)
+		return
+	}
+	known := map[string]bool{}
+	for _, r := range recs {
+		known[r.ID] = true
+	}
+	alive := map[string]bool{}
+	keep := func(id, maker string) bool {
+		if known[id] || maker == "" || maker == s.opts.Replica {
+			return true
+		}
+		ok, seen := alive[maker]
+		if !seen {
+			var err error
+			if ok, err = s.opts.Shared.Alive(ctx, maker); err != nil {
+				ok = true // not known to be gone
+			}
+			alive[maker] = ok
+		}
+		if !ok {
+			s.log.Info("sweep: removing a sandbox a replica that is gone left without a record", "id", id, "replica", maker)
+		}
+		return ok
+	}
+	done := map[runtimes.ReplicaSweeper]bool{}
+	for _, name := range s.opts.Runtimes.Names() {
+		rt, _ := s.opts.Runtimes.Get(name)
+		sw, ok := rt.(runtimes.ReplicaSweeper)
+		if !ok || done[sw] || !s.opts.Shared.Shares(name) {
+			continue
+		}
+		done[sw] = true
+		if err := sw.SweepReplicas(ctx, keep); err != nil {
+			s.log.Warn("sweep what gone replicas left", "runtime", name, "err", err)
+		}
 	}
 }

@@ -139,6 +139,7 @@ func (s *Server) createSandbox(c *gin.Context) {
 		return
 	}
 	cu.Add(func() { _ = sb.Close(bg) })
+	s.failpoint("created-before-record")
 	rec.State, rec.LastTransitionAt = StateRunning, time.Now().UTC()
 	if err := s.store.create(rec); err != nil {
 		s.abortErr(c, err)

@@ -79,7 +79,7 @@ type Options struct {
 	Replica        string
 	ReplicaAddress string
 	// Failpoint, for crash tests only, names a step at which the server
-	// kills itself with SIGKILL ("pool-claimed").
+	// kills itself with SIGKILL ("pool-claimed", "created-before-record").
 	Failpoint string
 	// Logger; nil = slog.Default().
 	Logger *slog.Logger
@@ -468,12 +468,15 @@ func (s *Server) reaper(ctx context.Context) {
 	defer close(s.reaperDone)
 	t := time.NewTicker(s.opts.ReapInterval)
 	defer t.Stop()
-	for {
+	for n := 1; ; n++ {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 			s.reapOnce(ctx)
+			if n%sweepEvery == 0 {
+				s.sweepReplicas(ctx)
+			}
 		}
 	}
 }

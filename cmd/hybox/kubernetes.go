@@ -59,6 +59,16 @@ type kubernetesConfig struct {
 	LeaseDuration duration `toml:"lease_duration"`
 }
 
+// replicaName is this server's name among the replicas: kubernetes.replica,
+// else the host name and the process id.
+func replicaName(kc kubernetesConfig) string {
+	if kc.Replica != "" {
+		return kc.Replica
+	}
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s-%d", host, os.Getpid())
+}
+
 // replicaAddress is the base URL the other replicas reach this one at.
 //
 // # Errors
@@ -109,8 +119,12 @@ func kubernetesRuntimes(ctx context.Context, cfg *config, log *slog.Logger) (*k8
 	}
 	// No call hangs on an API server that does not answer.
 	rc.Timeout = kubernetesTimeout
+	replica := ""
+	if kc.SharedState {
+		replica = replicaName(kc)
+	}
 	c, err := k8s.Open(k8s.Options{Config: rc, Namespace: kc.Namespace, ExecdImage: kc.ExecdImage,
-		DefaultMemoryBytes: mem, UnenforcedEgress: kc.UnenforcedEgress, Logger: log})
+		DefaultMemoryBytes: mem, UnenforcedEgress: kc.UnenforcedEgress, Replica: replica, Logger: log})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -148,11 +162,7 @@ func sharedState(ctx context.Context, cfg *config, c *k8s.Cluster, rts []runtime
 	if address, err = replicaAddress(cfg); err != nil {
 		return nil, "", "", err
 	}
-	id = kc.Replica
-	if id == "" {
-		host, _ := os.Hostname()
-		id = fmt.Sprintf("%s-%d", host, os.Getpid())
-	}
+	id = replicaName(kc)
 	var names []string
 	for _, rt := range rts {
 		names = append(names, rt.Name())

@@ -44,6 +44,8 @@ const (
 	LabelSandbox = "hybox.dev/sandbox"
 	// AnnotationRuntime names the hybox runtime that made the Pod.
 	AnnotationRuntime = "hybox.dev/runtime"
+	// AnnotationReplica names the server replica that made the Pod.
+	AnnotationReplica = "hybox.dev/replica"
 	managedBy         = "hybox"
 )
 
@@ -66,6 +68,10 @@ type Options struct {
 	// although this backend does not enforce egress policies yet. Set it
 	// only where Pods have no route off the node (the test cluster).
 	UnenforcedEgress bool
+	// Replica names the server that makes the sandboxes when it is one of
+	// several sharing the cluster (annotation hybox.dev/replica on every
+	// Pod), for SweepReplicas.
+	Replica string
 	// Logger; nil = slog.Default().
 	Logger *slog.Logger
 }
@@ -248,6 +254,12 @@ func podName(id string) string { return "hybox-" + id }
 // Sweep deletes the Pods and Secrets of this runtime whose sandbox id keep
 // rejects (a crash during create leaves them).
 func (r *Runtime) Sweep(ctx context.Context, keep func(id string) bool) error {
+	return r.SweepReplicas(ctx, func(id, _ string) bool { return keep(id) })
+}
+
+// SweepReplicas implements runtimes.ReplicaSweeper: Sweep, told which
+// replica made each Pod (AnnotationReplica, "" when none).
+func (r *Runtime) SweepReplicas(ctx context.Context, keep func(id, maker string) bool) error {
 	sel := metav1.ListOptions{LabelSelector: LabelManagedBy + "=" + managedBy}
 	pods, err := r.c.client.CoreV1().Pods(r.c.opts.Namespace).List(ctx, sel)
 	if err != nil {
@@ -256,7 +268,7 @@ func (r *Runtime) Sweep(ctx context.Context, keep func(id string) bool) error {
 	var errs []error
 	for _, p := range pods.Items {
 		id := p.Labels[LabelSandbox]
-		if id == "" || p.Annotations[AnnotationRuntime] != r.name || keep(id) {
+		if id == "" || p.Annotations[AnnotationRuntime] != r.name || keep(id, p.Annotations[AnnotationReplica]) {
 			continue
 		}
 		r.c.opts.Logger.Info("sweeping a Pod with no sandbox record", "pod", p.Name)

@@ -153,13 +153,20 @@ func newToken() (string, error) {
 // meta is the metadata of the sandbox's Pod and Secret.
 func (r *Runtime) meta(spec runtimes.Spec) metav1.ObjectMeta {
 	return metav1.ObjectMeta{
-		Name:      podName(spec.ID),
-		Namespace: r.c.opts.Namespace,
-		Labels:    map[string]string{LabelManagedBy: managedBy, LabelSandbox: spec.ID},
-		Annotations: map[string]string{
-			AnnotationRuntime: r.name,
-		},
+		Name:        podName(spec.ID),
+		Namespace:   r.c.opts.Namespace,
+		Labels:      map[string]string{LabelManagedBy: managedBy, LabelSandbox: spec.ID},
+		Annotations: r.annotations(),
 	}
+}
+
+// annotations are the annotations of every object of the runtime.
+func (r *Runtime) annotations() map[string]string {
+	a := map[string]string{AnnotationRuntime: r.name}
+	if r.c.opts.Replica != "" {
+		a[AnnotationReplica] = r.c.opts.Replica
+	}
+	return a
 }
 
 // pod is the sandbox's Pod: an init container that copies hybox-execd into

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -51,7 +52,8 @@ lease_duration = "3s"
 // one is honoured by the other; the records are Sandbox resources of the
 // cluster with their state; after kill -9 of the first, the second serves
 // every sandbox, including one it had never touched, takes the lead and
-// reaps a sandbox that expires; the first, started again, serves them
+// reaps a sandbox that expires, and removes the Pod a third replica,
+// killed in the middle of a create, left without a record; the first, started again, serves them
 // too, and a delete through it is seen by the second; nothing is left.
 func TestReplicas(t *testing.T) {
 	env := k8stest.Cluster(t)
@@ -196,6 +198,42 @@ func TestReplicas(t *testing.T) {
 	if st, body := b.do("POST", "/v1/sandboxes/"+wasm+"/proxy/44772/command", `{"command":"echo lost"}`); st != http.StatusServiceUnavailable || !bytes.Contains(body, []byte("replica-a")) {
 		t.Errorf("a command in the lost wasm sandbox: %d %s, want 503 naming replica-a", st, body)
 	}
+	// A replica killed in the middle of a create (its Pod made, no record
+	// yet): the leader removes that Pod once the replica's heartbeat lapses.
+	addrC := freeAddr(t)
+	c := startServeEnv(t, dir, "c", addrC, key, replicaConfig(env, execdImage, guests, "replica-c", addrC, filepath.Join(dir, "c"), key),
+		"HYBOX_TEST_FAILPOINT=created-before-record")
+	req, _ := http.NewRequest("POST", c.base+"/v1/sandboxes", strings.NewReader(fmt.Sprintf(`{"image":{"uri":%q},"entrypoint":["sleep","infinity"],"extensions":{"hybox.io/runtime":"runc"},"timeout":600}`, image)))
+	req.Header.Set("OPEN-SANDBOX-API-KEY", key)
+	req.Header.Set("Content-Type", "application/json")
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("the create at the failpoint answered %d; the server should have died", resp.StatusCode)
+	}
+	<-c.done
+	halfMade := func() []string {
+		l, err := env.Client.CoreV1().Pods(k8stest.Namespace).List(ctx, metav1.ListOptions{LabelSelector: k8s.LabelManagedBy + "=hybox"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, p := range l.Items {
+			if p.Annotations[k8s.AnnotationReplica] == "replica-c" {
+				out = append(out, p.Name)
+			}
+		}
+		return out
+	}
+	if left := halfMade(); len(left) != 1 {
+		t.Fatalf("Pods replica c made before it died: %v, want 1", left)
+	}
+	for len(halfMade()) > 0 {
+		if time.Now().After(deadline.Add(time.Minute)) {
+			t.Fatalf("the leader did not remove the Pod a dead replica left without a record: %v", halfMade())
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+
 	three := create(b)
 	st, body = b.do("POST", "/v1/sandboxes/"+three+"/renew-expiration",
 		fmt.Sprintf(`{"expiresAt":%q}`, time.Now().Add(2*time.Second).UTC().Format(time.RFC3339Nano)))

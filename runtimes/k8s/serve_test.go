@@ -85,6 +85,12 @@ func freeAddr(t testing.TB) string {
 // stops it (SIGTERM, then SIGKILL) and prints its log when the test failed.
 func startServe(t testing.TB, dir, name, addr, key, toml string) *serveProc {
 	t.Helper()
+	return startServeEnv(t, dir, name, addr, key, toml)
+}
+
+// startServeEnv is startServe with extra environment variables (NAME=value).
+func startServeEnv(t testing.TB, dir, name, addr, key, toml string, env ...string) *serveProc {
+	t.Helper()
 	bin, _ := hyboxBinary(t)
 	conf := filepath.Join(dir, name+".toml")
 	if err := os.WriteFile(conf, []byte(toml), 0o600); err != nil {
@@ -92,6 +98,7 @@ func startServe(t testing.TB, dir, name, addr, key, toml string) *serveProc {
 	}
 	p := &serveProc{t: t, base: "http://" + addr, key: key, log: &bytes.Buffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, "serve", "--config", conf)
+	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := p.cmd.Start(); err != nil {
