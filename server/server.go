@@ -430,6 +430,12 @@ func (s *Server) setState(r *Record, state, reason, msg string) {
 // destroy removes a sandbox completely: live instance, backend state,
 // directory, record.
 func (s *Server) destroy(ctx context.Context, r *Record) error {
+	if s.opts.Shared != nil && !s.store.isShared(r) && !s.store.hasLocal(r.ID) {
+		// The copy of another replica's sandbox, lost with it (forward
+		// sends everything else to the owner): only the copy goes; its
+		// directory and volumes were that replica's.
+		return s.store.delete(r)
+	}
 	s.mu.Lock()
 	sb, eg := s.live[r.ID], s.egress[r.ID]
 	delete(s.live, r.ID)

@@ -282,11 +282,19 @@ func TestReplicas(t *testing.T) {
 		t.Fatalf("delete through b: %d %s", st, body)
 	}
 
-	// Nothing is left: no Sandbox resources, Pods or egress Secrets.
+	// Nothing is left: no Sandbox resources, and no Pods these replicas made.
 	for {
 		l, err := crs.List(ctx, metav1.ListOptions{})
 		pods, perr := env.Client.CoreV1().Pods(k8stest.Namespace).List(ctx, metav1.ListOptions{LabelSelector: k8s.LabelManagedBy + "=hybox"})
-		if err == nil && perr == nil && len(l.Items) == 0 && len(pods.Items) == 0 {
+		ours := 0
+		if perr == nil {
+			for _, p := range pods.Items {
+				if strings.HasPrefix(p.Annotations[k8s.AnnotationReplica], "replica-") {
+					ours++
+				}
+			}
+		}
+		if err == nil && perr == nil && len(l.Items) == 0 && ours == 0 {
 			break
 		}
 		if time.Now().After(deadline.Add(2 * time.Minute)) {
