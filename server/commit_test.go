@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -15,7 +16,7 @@ import (
 // Writes made at once are all committed, fewer transactions than writes
 // when they overlap, and a write whose function fails fails alone.
 func TestGroupCommit(t *testing.T) {
-	st, err := openStore(filepath.Join(t.TempDir(), "db"), nil)
+	st, err := openStore(filepath.Join(t.TempDir(), "db"), nil, slog.Default())
 	require.NoError(t, err)
 	defer st.close()
 	const n = 64

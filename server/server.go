@@ -173,7 +173,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 			return nil, fmt.Errorf("data directory: %w", err)
 		}
 	}
-	st, err := openStore(filepath.Join(opts.DataDir, "hybox.db"), opts.Shared)
+	st, err := openStore(filepath.Join(opts.DataDir, "hybox.db"), opts.Shared, opts.Logger)
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -71,12 +72,13 @@ type store struct {
 	commits committer // every write goes through update (commit.go)
 	// shared keeps the records of the runtimes it Shares; nil = none.
 	shared shared.Store
+	log    *slog.Logger
 }
 
 // sharedTimeout bounds each call to the shared store.
 const sharedTimeout = 15 * time.Second
 
-func openStore(path string, sh shared.Store) (*store, error) {
+func openStore(path string, sh shared.Store, log *slog.Logger) (*store, error) {
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
 	if err != nil {
 		return nil, fmt.Errorf("open database %s: %w", path, err)
@@ -93,7 +95,7 @@ func openStore(path string, sh shared.Store) (*store, error) {
 		_ = db.Close()
 		return nil, err
 	}
-	return &store{db: db, shared: sh}, nil
+	return &store{db: db, shared: sh, log: log}, nil
 }
 
 func (s *store) close() error { return s.db.Close() }
@@ -139,13 +141,18 @@ func (s *store) write(r *Record, first bool) error {
 	if err != nil || s.shared == nil {
 		return err
 	}
-	// The copy the other replicas list and forward by (its owner's own
-	// record stays the one that counts).
+	// The copy the other replicas list and forward by. Its owner's own
+	// record is the one that counts, so a copy that cannot be written
+	// fails nothing here (the wasm tier keeps working without the API
+	// server); the next write brings it up to date.
 	err = s.writeShared(r, b, first)
-	if errors.Is(err, runtimes.ErrNotFound) {
-		err = s.writeShared(r, b, true) // made before the copy was
+	if errors.Is(err, runtimes.ErrNotFound) || errors.Is(err, errdefs.ErrConflict) {
+		err = s.writeShared(r, b, !first) // made before the copy was, or after
 	}
-	return err
+	if err != nil {
+		s.log.Warn("the shared copy of a record could not be written; other replicas see the sandbox after its next write", "id", r.ID, "err", err)
+	}
+	return nil
 }
 
 func (s *store) writeShared(r *Record, b []byte, first bool) error {
@@ -211,7 +218,10 @@ func (s *store) delete(r *Record) error {
 	}
 	ctx, cancel := sharedCtx()
 	defer cancel()
-	return sharedErr("delete "+r.ID, s.shared.Delete(ctx, r.ID))
+	if err := s.shared.Delete(ctx, r.ID); err != nil {
+		s.log.Warn("the shared copy of a deleted record could not be deleted", "id", r.ID, "err", err)
+	}
+	return nil
 }
 
 // putEgress stores a sandbox's sealed egress state.
