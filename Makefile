@@ -93,11 +93,12 @@ k8s-images: guests
 	@$(GO) run ./scripts/k8s/images -out build/k8s -guests build/guests
 
 # The Kubernetes backend (runtimes/k8s) on the test cluster: the conformance suite on runc and
-# gvisor Pods, bad input, two replicas sharing the cluster, hybox deployed from deploy/kubernetes. Uses a cluster that is up (make k8s-up), else brings one up and down.
+# gvisor Pods, bad input, two replicas sharing the cluster, hybox deployed from deploy/kubernetes,
+# the official SDK suites (scripts/e2e.sh) against Pod sandboxes (bin/ from make build). Uses a cluster that is up (make k8s-up), else brings one up and down.
 # `make test` runs it when the binaries are already built (test-k8s-cached); there
 # (`go test ./...`) these tests skip unless a cluster is up.
 # As root a cluster that cannot be built is a failure here.
-test-k8s: guests
+test-k8s: build
 	@./scripts/k8s/install-deps.sh
 	$(K8S_ENV) HYBOX_K8S_UP=1 $(if $(IS_ROOT),HYBOX_REQUIRE_K8S=1) $(GO) test -trimpath -timeout 45m ./runtimes/k8s/...
 

@@ -22,6 +22,10 @@
 #      HYBOX_GUEST_DIR   wasm guests (default build/guests)
 #      HYBOX_E2E_LOG_DIR where the server and containerd logs are kept when a
 #                        pass fails (default build/e2e-logs)
+#      HYBOX_E2E_KUBERNETES_CONFIG  a hybox.toml with [kubernetes] enabled: the
+#                        container passes run as Pods of that cluster instead
+#                        (no containerd is started; the images must be on its
+#                        nodes already; runtimes/k8s TestOfficialSDKs sets it)
 #
 # The server gets a fresh random credential-vault key (HYBOX_VAULT_KEY) so that
 # sandboxes may enable credentialProxy.
@@ -174,7 +178,11 @@ t_start=$(date +%s.%N)
 elapsed() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}s')" "$1" "$(date +%s.%N)"; }
 
 flags=()
-if [ "$want_containers" = yes ]; then
+kube=${HYBOX_E2E_KUBERNETES_CONFIG:-}
+if [ "$want_containers" = yes ] && [ -n "$kube" ]; then
+	say "container passes on Kubernetes (config $kube): Pods of the cluster, images already on its nodes"
+	flags=(--config "$kube")
+elif [ "$want_containers" = yes ]; then
 	scripts/containers/install-deps.sh >&2 # idempotent: apt only for what is missing
 	if [ ! -f "$archive" ]; then
 		say "building the test image archive $archive"
@@ -218,7 +226,7 @@ direct_url="http://127.0.0.1:$port" proxy_url="http://$(cat "$data/proxy.addr")"
 export HYBOX_E2E_URL=$proxy_url OPEN_SANDBOX_API_KEY="$key"
 say "hybox at $direct_url, the suites through the validating proxy at $proxy_url (data $data)"
 
-if [ "$want_containers" = yes ]; then
+if [ "$want_containers" = yes ] && [ -z "$kube" ]; then
 	t=$(date +%s.%N)
 	OPEN_SANDBOX_DOMAIN=$direct_url ./bin/hybox image import -q "$archive"
 	say "imported $image in $(elapsed "$t")"

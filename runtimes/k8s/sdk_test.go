@@ -1,0 +1,64 @@
+package k8s_test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/hybox-dev/hybox/runtimes/k8s/k8stest"
+	"github.com/hybox-dev/hybox/runtimes/oci/ocitest"
+)
+
+// TestOfficialSDKs runs the official OpenSandbox SDK suites (e2e/: the
+// JavaScript SDK from npm and the Python SDKs from PyPI, unchanged) through
+// scripts/e2e.sh against `bin/hybox serve --kubernetes` on the test
+// cluster: their container pass with sandboxes as runc Pods, every response
+// checked against the protocol document, nothing left behind. It needs
+// `make build` (bin/hybox, bin/hybox-execd); make test-k8s runs it.
+func TestOfficialSDKs(t *testing.T) {
+	env := k8stest.Cluster(t)
+	execdImage := env.ExecdImage(t)
+	env.Image(t)
+	repo := ocitest.RepoRoot()
+	for _, b := range []string{"bin/hybox", "bin/hybox-execd"} {
+		if _, err := os.Stat(filepath.Join(repo, b)); err != nil {
+			t.Fatalf("%s: %v (make build makes it; make test-k8s builds first)", b, err)
+		}
+	}
+	conf := filepath.Join(t.TempDir(), "hybox.toml")
+	if err := os.WriteFile(conf, []byte(fmt.Sprintf(`[kubernetes]
+enabled = true
+kubeconfig = %q
+namespace = %q
+execd_image = %q
+unenforced_egress = true
+`, env.Kubeconfig, k8stest.Namespace, execdImage)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	begin := time.Now()
+	cmd := exec.Command(filepath.Join(repo, "scripts", "e2e.sh"))
+	cmd.Dir = repo
+	cmd.Env = append(os.Environ(), "HYBOX_E2E_KUBERNETES_CONFIG="+conf, "HYBOX_E2E_PASSES=runc",
+		"HYBOX_REQUIRE_CONTAINERS=1", "HYBOX_E2E_LOG_DIR="+filepath.Join(repo, "build", "e2e-logs-k8s"))
+	out, err := cmd.CombinedOutput()
+	t.Logf("scripts/e2e.sh on the cluster (%v):\n%s", time.Since(begin).Round(time.Second), tail(out, 60))
+	if err != nil {
+		t.Fatalf("the official SDK suites against Pod sandboxes: %v", err)
+	}
+}
+
+// tail returns the last n lines of b.
+func tail(b []byte, n int) []byte {
+	lines := 0
+	for i := len(b) - 1; i >= 0; i-- {
+		if b[i] == '\n' {
+			if lines++; lines > n {
+				return b[i+1:]
+			}
+		}
+	}
+	return b
+}
