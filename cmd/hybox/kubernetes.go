@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/netip"
 	"slices"
 	"time"
 
@@ -35,10 +36,10 @@ type kubernetesConfig struct {
 	Runtimes map[string]string `toml:"runtimes"`
 	// DefaultMemory is the memory limit of a sandbox that asks for none.
 	DefaultMemory string `toml:"default_memory"`
-	// UnenforcedEgress accepts sandboxes although this backend does not
-	// yet enforce egress policies inside Pods. Set it only where Pods have
-	// no route off the cluster that matters.
-	UnenforcedEgress bool `toml:"unenforced_egress"`
+	// IngressFrom are the hybox servers' addresses (CIDRs): when set, a
+	// NetworkPolicy lets the sandboxes' Pods take connections only from
+	// them, where the cluster's CNI enforces NetworkPolicy.
+	IngressFrom []string `toml:"ingress_from"`
 }
 
 // kubernetesTimeout bounds every call to the API server.
@@ -67,10 +68,18 @@ func kubernetesRuntimes(ctx context.Context, cfg *config, log *slog.Logger) ([]r
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes.default_memory: %w", err)
 	}
+	var from []netip.Prefix
+	for _, s := range kc.IngressFrom {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("kubernetes.ingress_from: %w", err)
+		}
+		from = append(from, p)
+	}
 	// No call hangs on an API server that does not answer.
 	rc.Timeout = kubernetesTimeout
 	c, err := k8s.Open(k8s.Options{Config: rc, Namespace: kc.Namespace, ExecdImage: kc.ExecdImage,
-		DefaultMemoryBytes: mem, UnenforcedEgress: kc.UnenforcedEgress, Logger: log})
+		DefaultMemoryBytes: mem, IngressFrom: from, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -88,10 +97,7 @@ func kubernetesRuntimes(ctx context.Context, cfg *config, log *slog.Logger) ([]r
 		log.Warn("the Kubernetes API server does not answer; Pod sandboxes are unavailable until it does", "err", err)
 	} else {
 		log.Info("container sandboxes run as Pods", "namespace", kc.Namespace, "runtimes", classes, "clusterRuntimeClasses", have,
-			"egressEnforced", false)
-	}
-	if kc.UnenforcedEgress {
-		log.Warn("kubernetes.unenforced_egress is set: sandboxes' network policies are NOT enforced inside Pods")
+			"egress", "hybox-egress in each Pod (runc); no egress policies on gVisor")
 	}
 	return out, nil
 }

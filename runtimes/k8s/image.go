@@ -22,36 +22,40 @@ const execdImageRepo = "localhost/hybox/execd"
 var execdImageCreated = time.Unix(1704067200, 0).UTC()
 
 // ExecdImageArchive writes the hybox-execd image as an OCI image archive
-// to out: one layer holding the static binary at /hybox-execd (mode 0755),
-// nothing else. It is named localhost/hybox/execd:<first 12 hex digits of
-// the binary's sha256>, so that another build is another image; the name
-// is returned. Import the archive into every node's containerd
+// to out: one layer holding the two static binaries, hybox-execd at
+// /hybox-execd and hybox-egress at /hybox-egress (mode 0755), nothing
+// else. It is named localhost/hybox/execd:<first 12 hex digits of the
+// sha256 of both binaries>, so that another build is another image; the
+// name is returned. Import the archive into every node's containerd
 // (namespace k8s.io) and pass the name as Options.ExecdImage.
 //
 // # Errors
-// When the binary cannot be read or the archive cannot be written.
-func ExecdImageArchive(ctx context.Context, out io.Writer, execdBinary string) (string, error) {
-	bin, err := os.ReadFile(execdBinary)
-	if err != nil {
-		return "", fmt.Errorf("hybox-execd binary: %w", err)
-	}
-	sum := sha256.Sum256(bin)
-	name := execdImageRepo + ":" + hex.EncodeToString(sum[:])[:12]
+// When a binary cannot be read or the archive cannot be written.
+func ExecdImageArchive(ctx context.Context, out io.Writer, execdBinary, egressBinary string) (string, error) {
+	h := sha256.New()
 	var rootfs bytes.Buffer
 	tw := tar.NewWriter(&rootfs)
-	if err := tw.WriteHeader(&tar.Header{Name: "hybox-execd", Mode: 0o755, Size: int64(len(bin)),
-		Typeflag: tar.TypeReg, ModTime: execdImageCreated}); err != nil {
-		return "", err
-	}
-	if _, err := tw.Write(bin); err != nil {
-		return "", err
+	for _, f := range []struct{ name, path string }{{ExecdInImage, execdBinary}, {EgressInImage, egressBinary}} {
+		bin, err := os.ReadFile(f.path)
+		if err != nil {
+			return "", fmt.Errorf("%s binary: %w", f.name[1:], err)
+		}
+		h.Write(bin)
+		if err := tw.WriteHeader(&tar.Header{Name: f.name[1:], Mode: 0o755, Size: int64(len(bin)),
+			Typeflag: tar.TypeReg, ModTime: execdImageCreated}); err != nil {
+			return "", err
+		}
+		if _, err := tw.Write(bin); err != nil {
+			return "", err
+		}
 	}
 	if err := tw.Close(); err != nil {
 		return "", err
 	}
-	_, err = ociarchive.Pack(ctx, out, &rootfs, ociarchive.Options{
+	name := execdImageRepo + ":" + hex.EncodeToString(h.Sum(nil))[:12]
+	_, err := ociarchive.Pack(ctx, out, &rootfs, ociarchive.Options{
 		Name: name, Created: execdImageCreated, Cmd: []string{ExecdInImage},
-		CreatedBy: "runtimes/k8s.ExecdImageArchive: the static hybox-execd",
+		CreatedBy: "runtimes/k8s.ExecdImageArchive: the static hybox-execd and hybox-egress",
 	})
 	if err != nil {
 		return "", err

@@ -66,7 +66,6 @@ enabled = true
 kubeconfig = %q
 namespace = %q
 execd_image = %q
-unenforced_egress = true
 `, addr, filepath.Join(dir, "data"), key, guests, env.Kubeconfig, k8stest.Namespace, execdImage)
 	if err := os.WriteFile(conf, []byte(toml), 0o600); err != nil {
 		t.Fatal(err)
