@@ -7,7 +7,10 @@
 // default) and, optionally, a NAT
 // rule that redirects outbound TCP to a transparent proxy listening in the
 // namespace. Denied connections are rejected (TCP reset, ICMP
-// administratively prohibited), never dropped, so they fail at once.
+// administratively prohibited), never dropped, so they fail at once. For
+// an enforcer that runs inside the namespace it fences, a socket mark lets
+// its own traffic pass and a guard chain keeps the namespace's sockets off
+// its control port.
 package nft
 
 import (
