@@ -154,12 +154,20 @@ func (pe *podEgress) addToPod(p *corev1.Pod, image string, tokenVolume string) {
 	mounts := []corev1.VolumeMount{{Name: agentVolume, MountPath: agentDir, ReadOnly: true}}
 	config := agentDir + "/" + agentFile
 	always := corev1.ContainerRestartPolicyAlways
-	spec.InitContainers = append(spec.InitContainers,
-		corev1.Container{
+	// The firewall first, then hybox-execd's own install (one init
+	// container instead of two: the kubelet starts the next container a
+	// relist, about a second, after one ends).
+	for i, ic := range spec.InitContainers {
+		if ic.Name != initName {
+			continue
+		}
+		spec.InitContainers[i] = corev1.Container{
 			Name: egressInit, Image: image, ImagePullPolicy: corev1.PullNever,
-			Command:      []string{EgressInImage, "init", "--config", config},
-			VolumeMounts: mounts, SecurityContext: sec("NET_ADMIN"),
-		},
+			Command:      append([]string{EgressInImage, "init", "--config", config, "--"}, ic.Command...),
+			VolumeMounts: append(slices.Clone(ic.VolumeMounts), mounts...), SecurityContext: sec("NET_ADMIN"),
+		}
+	}
+	spec.InitContainers = append(spec.InitContainers,
 		corev1.Container{
 			Name: egressSidecar, Image: image, ImagePullPolicy: corev1.PullNever,
 			RestartPolicy: &always,

@@ -159,12 +159,15 @@ func TestPodEgress(t *testing.T) {
 	}
 	pod := c.Runtime("runc", "runc").pod(spec, eg)
 	s := pod.Spec
-	if len(s.InitContainers) != 3 || s.InitContainers[1].Name != egressInit || s.InitContainers[2].Name != egressSidecar ||
-		s.InitContainers[2].RestartPolicy == nil || *s.InitContainers[2].RestartPolicy != corev1.ContainerRestartPolicyAlways ||
-		s.InitContainers[2].Lifecycle.PostStart == nil {
+	if len(s.InitContainers) != 2 || s.InitContainers[0].Name != egressInit || s.InitContainers[1].Name != egressSidecar ||
+		s.InitContainers[1].RestartPolicy == nil || *s.InitContainers[1].RestartPolicy != corev1.ContainerRestartPolicyAlways ||
+		s.InitContainers[1].Lifecycle.PostStart == nil {
 		t.Fatalf("init containers %+v", s.InitContainers)
 	}
-	for _, ic := range s.InitContainers[1:] {
+	if got := strings.Join(s.InitContainers[0].Command, " "); got != EgressInImage+" init --config "+agentDir+"/"+agentFile+" -- "+ExecdInImage+" --install-to "+execdInPod {
+		t.Fatalf("the init container runs %q: the firewall, then execd's install", got)
+	}
+	for _, ic := range s.InitContainers {
 		if !slices.Contains(ic.SecurityContext.Capabilities.Add, "NET_ADMIN") || ic.Command[0] != EgressInImage {
 			t.Fatalf("%s: %+v", ic.Name, ic)
 		}
