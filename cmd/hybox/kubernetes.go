@@ -36,6 +36,9 @@ type kubernetesConfig struct {
 	Runtimes map[string]string `toml:"runtimes"`
 	// DefaultMemory is the memory limit of a sandbox that asks for none.
 	DefaultMemory string `toml:"default_memory"`
+	// DNSUpstreams are the resolvers ("ip:port") the Pods' egress agents
+	// forward allowed names to; empty: egress.dns_upstreams.
+	DNSUpstreams []string `toml:"dns_upstreams"`
 	// IngressFrom are the hybox servers' addresses (CIDRs): when set, a
 	// NetworkPolicy lets the sandboxes' Pods take connections only from
 	// them, where the cluster's CNI enforces NetworkPolicy.
@@ -79,7 +82,7 @@ func kubernetesRuntimes(ctx context.Context, cfg *config, log *slog.Logger) ([]r
 	// No call hangs on an API server that does not answer.
 	rc.Timeout = kubernetesTimeout
 	c, err := k8s.Open(k8s.Options{Config: rc, Namespace: kc.Namespace, ExecdImage: kc.ExecdImage,
-		DefaultMemoryBytes: mem, IngressFrom: from, Logger: log})
+		DefaultMemoryBytes: mem, IngressFrom: from, DNSUpstreams: kc.DNSUpstreams, Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -326,14 +326,17 @@ func (c *AgentClient) Push(ctx context.Context, st State) error {
 func (c *AgentClient) CloseIdleConnections() { c.client.CloseIdleConnections() }
 
 // NewAgentConfig makes the configuration of the agent of c's sandbox, for
-// its current state: a fresh key, token and self-signed
-// certificate.
+// its current state: a fresh key, token and self-signed certificate; the
+// agent forwards allowed names to dnsUpstreams (nil: the Manager's).
 //
 // # Errors
 // When randomness or sealing fails.
-func (c *Controller) NewAgentConfig(controlPort uint16, mark uint32) (*AgentConfig, error) {
+func (c *Controller) NewAgentConfig(controlPort uint16, mark uint32, dnsUpstreams []string) (*AgentConfig, error) {
 	id := c.id
-	cfg := &AgentConfig{ID: id, DNSUpstreams: c.m.DNSUpstreams(), Roots: c.m.Roots(), Mark: mark, ControlPort: controlPort}
+	if dnsUpstreams == nil {
+		dnsUpstreams = c.m.DNSUpstreams()
+	}
+	cfg := &AgentConfig{ID: id, DNSUpstreams: dnsUpstreams, Roots: c.m.Roots(), Mark: mark, ControlPort: controlPort}
 	if _, err := rand.Read(cfg.Key[:]); err != nil {
 		return nil, err
 	}

@@ -30,7 +30,7 @@ type agentPair struct {
 func newAgentPair(t *testing.T, e *env, cfg Config) agentPair {
 	t.Helper()
 	srv := e.sandbox(t, cfg)
-	ac, err := srv.NewAgentConfig(44773, 0x68796278)
+	ac, err := srv.NewAgentConfig(44773, 0x68796278, nil)
 	require.NoError(t, err)
 	// The configuration goes through its file form, as in a Pod.
 	b, err := json.Marshal(ac)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -49,7 +50,7 @@ const (
 type agentEgress interface {
 	runtimes.Egress
 	State() egress.State
-	NewAgentConfig(controlPort uint16, mark uint32) (*egress.AgentConfig, error)
+	NewAgentConfig(controlPort uint16, mark uint32, dnsUpstreams []string) (*egress.AgentConfig, error)
 	Attach(ctx context.Context, r egress.Remote) error
 }
 
@@ -83,9 +84,17 @@ func (r *Runtime) egressOf(spec runtimes.Spec) (*podEgress, error) {
 		}
 		return &podEgress{}, nil
 	}
-	agent, err := eg.NewAgentConfig(AgentPort, agentMark)
+	agent, err := eg.NewAgentConfig(AgentPort, agentMark, r.c.opts.DNSUpstreams)
 	if err != nil {
 		return nil, err
+	}
+	for _, u := range agent.DNSUpstreams {
+		if ap, err := netip.ParseAddrPort(u); err == nil && ap.Addr().IsLoopback() {
+			// The server's own resolver: inside a Pod it is the Pod's
+			// loopback, where nothing answers.
+			return nil, fmt.Errorf("%w: the DNS upstream %s is a loopback address, which a Pod cannot reach; configure kubernetes.dns_upstreams with resolvers the Pods reach",
+				runtimes.ErrUnavailable, u)
+		}
 	}
 	pe := &podEgress{agent: agent, files: map[string][]byte{}, env: eg.Env()}
 	for p, b := range eg.Files() {

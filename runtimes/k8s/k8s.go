@@ -67,6 +67,10 @@ type Options struct {
 	// DefaultMemoryBytes is the memory limit of a sandbox that asks for
 	// none (default 1 GiB).
 	DefaultMemoryBytes int64
+	// DNSUpstreams are the resolvers ("ip:port") the Pods' egress agents
+	// forward allowed names to; empty: the egress manager's (the server's
+	// egress.dns_upstreams). They must be reachable from the Pods.
+	DNSUpstreams []string
 	// IngressFrom, when set, are the addresses of the hybox servers: a
 	// NetworkPolicy (NetworkPolicyName) then lets the sandboxes' Pods take
 	// connections from them only, a second fence where the cluster's CNI

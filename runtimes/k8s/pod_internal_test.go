@@ -218,6 +218,27 @@ func TestPodEgress(t *testing.T) {
 		t.Fatalf("env %v: the CA variables are set and the user's win", env)
 	}
 
+	// The server's loopback resolver is no use in a Pod: said, not
+	// silently broken; kubernetes.dns_upstreams is the way out.
+	lm, err := egress.NewManager(egress.Options{DNSUpstreams: []string{"127.0.0.53:53"}, SystemBundle: []byte{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lctl, err := lm.New("lo", egress.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lctl.Close()
+	if _, err := c.Runtime("runc", "runc").egressOf(runtimes.Spec{ID: "lo", Egress: lctl}); !errors.Is(err, runtimes.ErrUnavailable) ||
+		!strings.Contains(err.Error(), "kubernetes.dns_upstreams") {
+		t.Fatalf("a loopback DNS upstream: %v", err)
+	}
+	c.opts.DNSUpstreams = []string{"10.0.0.2:53"}
+	if pe, err := c.Runtime("runc", "runc").egressOf(runtimes.Spec{ID: "lo", Egress: lctl}); err != nil || pe.agent.DNSUpstreams[0] != "10.0.0.2:53" {
+		t.Fatalf("kubernetes.dns_upstreams: %v", err)
+	}
+	c.opts.DNSUpstreams = nil
+
 	gv := c.Runtime("runsc", "gvisor")
 	if _, err := gv.egressOf(spec); !errors.Is(err, runtimes.ErrNotSupported) {
 		t.Fatalf("a policy on gVisor: %v", err)
