@@ -333,7 +333,7 @@ func (c *AgentClient) CloseIdleConnections() { c.client.CloseIdleConnections() }
 // When randomness or sealing fails.
 func (c *Controller) NewAgentConfig(controlPort uint16, mark uint32, dnsUpstreams []string) (*AgentConfig, error) {
 	id := c.id
-	if dnsUpstreams == nil {
+	if len(dnsUpstreams) == 0 {
 		dnsUpstreams = c.m.DNSUpstreams()
 	}
 	cfg := &AgentConfig{ID: id, DNSUpstreams: dnsUpstreams, Roots: c.m.Roots(), Mark: mark, ControlPort: controlPort}

@@ -174,6 +174,8 @@ func (pe *podEgress) addToPod(p *corev1.Pod, image string, tokenVolume string) {
 			Name: egressInit, Image: image, ImagePullPolicy: corev1.PullNever,
 			Command:      append([]string{EgressInImage, "init", "--config", config, "--"}, ic.Command...),
 			VolumeMounts: append(slices.Clone(ic.VolumeMounts), mounts...), SecurityContext: sec("NET_ADMIN"),
+			// A failure's reason reaches Create's error (podState).
+			TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		}
 	}
 	spec.InitContainers = append(spec.InitContainers,
@@ -187,7 +189,8 @@ func (pe *podEgress) addToPod(p *corev1.Pod, image string, tokenVolume string) {
 			// The workload starts once the DNS proxy answers.
 			Lifecycle: &corev1.Lifecycle{PostStart: &corev1.LifecycleHandler{
 				Exec: &corev1.ExecAction{Command: []string{EgressInImage, "wait", "--timeout", "30s"}}}},
-			SecurityContext: sec("NET_ADMIN", "NET_BIND_SERVICE"),
+			SecurityContext:          sec("NET_ADMIN", "NET_BIND_SERVICE"),
+			TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		})
 	// The workload: the resolver is the agent's DNS proxy; the CA files
 	// come from the Secret, readable by every user of the sandbox.

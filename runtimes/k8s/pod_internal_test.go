@@ -237,6 +237,10 @@ func TestPodEgress(t *testing.T) {
 	if pe, err := c.Runtime("runc", "runc").egressOf(runtimes.Spec{ID: "lo", Egress: lctl}); err != nil || pe.agent.DNSUpstreams[0] != "10.0.0.2:53" {
 		t.Fatalf("kubernetes.dns_upstreams: %v", err)
 	}
+	c.opts.DNSUpstreams = []string{} // as an empty list in the config file
+	if pe, err := c.Runtime("runc", "runc").egressOf(spec); err != nil || !slices.Equal(pe.agent.DNSUpstreams, []string{"10.0.0.1:53"}) {
+		t.Fatalf("no kubernetes.dns_upstreams: the manager's, got %v", err)
+	}
 	c.opts.DNSUpstreams = nil
 
 	gv := c.Runtime("runsc", "gvisor")
