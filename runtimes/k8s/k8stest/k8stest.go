@@ -260,16 +260,13 @@ var (
 	egressOut  []byte
 )
 
-// EgressBinary builds the static hybox-egress once per test binary and
-// returns its path.
+// EgressBinary builds the static hybox-egress once per test binary, in
+// the directory of ocitest's hybox-execd, and returns its path.
 func EgressBinary(t testing.TB) string {
 	t.Helper()
+	// Beside ocitest's hybox-execd: no directory of its own to leave.
+	dir := filepath.Dir(ocitest.ExecdBinary(t))
 	egressOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "hybox-egress-")
-		if err != nil {
-			egressErr = err
-			return
-		}
 		egressPath = filepath.Join(dir, "hybox-egress")
 		cmd := exec.Command("go", "build", "-trimpath", "-o", egressPath, "github.com/hybox-dev/hybox/cmd/hybox-egress")
 		cmd.Dir = ocitest.RepoRoot()
