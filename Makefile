@@ -3,6 +3,7 @@ SHELL := /bin/bash
 GO ?= go
 BIN := bin/hybox
 EXECD_BIN := bin/hybox-execd
+EGRESS_BIN := bin/hybox-egress
 IMAGE_ARCHIVE ?= /var/cache/hybox/python-3-bookworm.oci.tar
 GVISOR_CACHE ?= /var/cache/hybox/gvisor
 # What `make gvisor` built: the directory holding runsc and its shim ("" = the build failed).
@@ -39,6 +40,8 @@ build: guests
 	@$(GO) build -o $(BIN) ./cmd/hybox
 	@echo "make: go build ./cmd/hybox-execd -> $(EXECD_BIN) (static)"
 	@CGO_ENABLED=0 $(GO) build -trimpath -o $(EXECD_BIN) ./cmd/hybox-execd
+	@echo "make: go build ./cmd/hybox-egress -> $(EGRESS_BIN) (static; the egress agent of Kubernetes Pods)"
+	@CGO_ENABLED=0 $(GO) build -trimpath -o $(EGRESS_BIN) ./cmd/hybox-egress
 
 # Container sandboxes (root only): Debian's containerd, runc, CNI plugins,
 # nftables, mmdebstrap; gVisor (runsc and its shim) built from source and

@@ -36,6 +36,15 @@ type credential struct {
 // New returns an empty vault.
 func New() *Vault { return &Vault{} }
 
+// Replace makes v's content from's current content (snapshots are
+// immutable, so the two share it until either changes). Readers of v see
+// the old content or the new one, never a mix.
+func (v *Vault) Replace(from *Vault) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.snap.Store(from.snap.Load())
+}
+
 // String describes the vault without its values, e.g.
 // "vault(revision 3, 2 credentials, 1 binding)".
 func (v *Vault) String() string {

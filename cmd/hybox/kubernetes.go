@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"maps"
 	"net"
+	"net/netip"
 	"os"
 	"slices"
 	"strings"
@@ -38,10 +39,13 @@ type kubernetesConfig struct {
 	Runtimes map[string]string `toml:"runtimes"`
 	// DefaultMemory is the memory limit of a sandbox that asks for none.
 	DefaultMemory string `toml:"default_memory"`
-	// UnenforcedEgress accepts sandboxes although this backend does not
-	// yet enforce egress policies inside Pods. Set it only where Pods have
-	// no route off the cluster that matters.
-	UnenforcedEgress bool `toml:"unenforced_egress"`
+	// DNSUpstreams are the resolvers ("ip:port") the Pods' egress agents
+	// forward allowed names to; empty: egress.dns_upstreams.
+	DNSUpstreams []string `toml:"dns_upstreams"`
+	// IngressFrom are the hybox servers' addresses (CIDRs): when set, a
+	// NetworkPolicy lets the sandboxes' Pods take connections only from
+	// them, where the cluster's CNI enforces NetworkPolicy.
+	IngressFrom []string `toml:"ingress_from"`
 	// SharedState keeps the records of Pod sandboxes in the cluster (the
 	// custom resource sandboxes.hybox.dev), so that several servers on
 	// one cluster serve every one of them (--shared-state).
@@ -117,6 +121,14 @@ func kubernetesRuntimes(ctx context.Context, cfg *config, log *slog.Logger) (*k8
 	if err != nil {
 		return nil, nil, fmt.Errorf("kubernetes.default_memory: %w", err)
 	}
+	var from []netip.Prefix
+	for _, s := range kc.IngressFrom {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, nil, fmt.Errorf("kubernetes.ingress_from: %w", err)
+		}
+		from = append(from, p)
+	}
 	// No call hangs on an API server that does not answer.
 	rc.Timeout = kubernetesTimeout
 	replica := ""
@@ -124,7 +136,7 @@ func kubernetesRuntimes(ctx context.Context, cfg *config, log *slog.Logger) (*k8
 		replica = replicaName(kc)
 	}
 	c, err := k8s.Open(k8s.Options{Config: rc, Namespace: kc.Namespace, ExecdImage: kc.ExecdImage,
-		DefaultMemoryBytes: mem, UnenforcedEgress: kc.UnenforcedEgress, Replica: replica, Logger: log})
+		DefaultMemoryBytes: mem, IngressFrom: from, DNSUpstreams: kc.DNSUpstreams, Replica: replica, Logger: log})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -142,10 +154,7 @@ func kubernetesRuntimes(ctx context.Context, cfg *config, log *slog.Logger) (*k8
 		log.Warn("the Kubernetes API server does not answer; Pod sandboxes are unavailable until it does", "err", err)
 	} else {
 		log.Info("container sandboxes run as Pods", "namespace", kc.Namespace, "runtimes", classes, "clusterRuntimeClasses", have,
-			"egressEnforced", false)
-	}
-	if kc.UnenforcedEgress {
-		log.Warn("kubernetes.unenforced_egress is set: sandboxes' network policies are NOT enforced inside Pods")
+			"egress", "hybox-egress in each Pod (runc); no egress policies on gVisor")
 	}
 	return c, out, nil
 }

@@ -312,8 +312,10 @@ func startOCI(ctx context.Context, cfg *config, log *slog.Logger) (*oci.Containe
 // none is configured: the credential proxy is then off).
 func egressSetup(cfg *config, log *slog.Logger) (*egress.Manager, *vault.Key, error) {
 	var roots *x509.CertPool
+	var pem []byte
 	if cfg.Egress.RootCAFile != "" {
-		pem, err := os.ReadFile(cfg.Egress.RootCAFile)
+		var err error
+		pem, err = os.ReadFile(cfg.Egress.RootCAFile)
 		if err != nil {
 			return nil, nil, fmt.Errorf("egress.root_ca_file: %w", err)
 		}
@@ -324,7 +326,7 @@ func egressSetup(cfg *config, log *slog.Logger) (*egress.Manager, *vault.Key, er
 			return nil, nil, fmt.Errorf("egress.root_ca_file %s: no PEM certificate in it", cfg.Egress.RootCAFile)
 		}
 	}
-	m, err := egress.NewManager(egress.Options{DNSUpstreams: cfg.Egress.DNSUpstreams, RootCAs: roots, Logger: log})
+	m, err := egress.NewManager(egress.Options{DNSUpstreams: cfg.Egress.DNSUpstreams, RootCAs: roots, RootCAsPEM: pem, Logger: log})
 	if err != nil {
 		return nil, nil, err
 	}

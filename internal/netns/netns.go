@@ -46,6 +46,12 @@ func Do(nsPath string, fn func() error) (err error) {
 		return fmt.Errorf("netns: open %s: %w", nsPath, err)
 	}
 	defer unix.Close(target)
+	if isSelf(target) {
+		// Already there (a process that enforces its own namespace, such
+		// as hybox-egress in a Pod): no setns, which would need
+		// CAP_SYS_ADMIN.
+		return fn()
+	}
 
 	runtime.LockOSThread()
 	orig, err := unix.Open(selfNS, unix.O_RDONLY|unix.O_CLOEXEC, 0)
@@ -70,6 +76,29 @@ func Do(nsPath string, fn func() error) (err error) {
 		runtime.UnlockOSThread()
 	}()
 	return fn()
+}
+
+// Self reports whether nsPath names the network namespace of this process
+// (its threads share one: nothing here moves a thread for longer than a
+// Do). Callers that open netlink sockets "in" a namespace use it to skip
+// joining the one they are in.
+func Self(nsPath string) bool {
+	fd, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	return isSelf(fd)
+}
+
+// isSelf reports whether the namespace file fd is this process's network
+// namespace.
+func isSelf(fd int) bool {
+	var a, b unix.Stat_t
+	if unix.Fstat(fd, &a) != nil || unix.Stat("/proc/self/ns/net", &b) != nil {
+		return false
+	}
+	return a.Dev == b.Dev && a.Ino == b.Ino
 }
 
 // ListenTCP listens on addr ("ip:port"; the IP may be empty for all

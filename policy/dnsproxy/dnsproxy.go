@@ -60,6 +60,9 @@ type Config struct {
 	Denied func(name string)
 	// Timeout bounds each upstream attempt; DefaultTimeout when 0.
 	Timeout time.Duration
+	// Dialer opens the connections to the upstreams (nil: a plain
+	// net.Dialer); a proxy inside the namespace it fences marks them.
+	Dialer *net.Dialer
 	// Logger receives one debug record per query and warnings for upstream
 	// and Learn failures; nil discards.
 	Logger *slog.Logger
@@ -126,8 +129,8 @@ func New(cfg Config) (*Proxy, error) {
 	return &Proxy{
 		cfg:    cfg,
 		log:    log,
-		udp:    &dns.Client{Net: "udp", Timeout: cfg.Timeout, UDPSize: maxUDPReadLen},
-		tcp:    &dns.Client{Net: "tcp", Timeout: cfg.Timeout},
+		udp:    &dns.Client{Net: "udp", Timeout: cfg.Timeout, UDPSize: maxUDPReadLen, Dialer: cfg.Dialer},
+		tcp:    &dns.Client{Net: "tcp", Timeout: cfg.Timeout, Dialer: cfg.Dialer},
 		ctx:    ctx,
 		cancel: cancel,
 	}, nil
@@ -316,17 +319,18 @@ func (p *Proxy) denied(name string) {
 // Lookup resolves name's A and AAAA records at upstreams ("host:port",
 // tried in order, as by a Proxy) and returns the addresses, those reached
 // through a CNAME chain included, and their smallest TTL. No policy
-// applies. timeout bounds each attempt (DefaultTimeout when 0).
+// applies. timeout bounds each attempt (DefaultTimeout when 0); d opens
+// the connections (nil: a plain net.Dialer).
 //
 // # Errors
 // Every upstream failed for both record types, or ctx ended. A name
 // without addresses (NXDOMAIN included) is no error: no addresses.
-func Lookup(ctx context.Context, upstreams []string, name string, timeout time.Duration) ([]netip.Addr, time.Duration, error) {
+func Lookup(ctx context.Context, d *net.Dialer, upstreams []string, name string, timeout time.Duration) ([]netip.Addr, time.Duration, error) {
 	if timeout == 0 {
 		timeout = DefaultTimeout
 	}
-	udp := &dns.Client{Net: "udp", Timeout: timeout, UDPSize: maxUDPReadLen}
-	tcp := &dns.Client{Net: "tcp", Timeout: timeout}
+	udp := &dns.Client{Net: "udp", Timeout: timeout, UDPSize: maxUDPReadLen, Dialer: d}
+	tcp := &dns.Client{Net: "tcp", Timeout: timeout, Dialer: d}
 	var addrs []netip.Addr
 	var ttl time.Duration
 	var errs []error

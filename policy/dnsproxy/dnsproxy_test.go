@@ -560,7 +560,7 @@ func TestLookup(t *testing.T) {
 		{"Alias.test.", []string{"192.0.2.4", "192.0.2.40"}, 30 * time.Second},
 		{"nowhere.test", nil, 0},
 	} {
-		addrs, ttl, err := Lookup(ctx, ups, tt.name, time.Second)
+		addrs, ttl, err := Lookup(ctx, nil, ups, tt.name, time.Second)
 		require.NoError(t, err, tt.name)
 		var got []string
 		for _, a := range addrs {
@@ -569,10 +569,10 @@ func TestLookup(t *testing.T) {
 		assert.ElementsMatch(t, tt.addrs, got, tt.name)
 		assert.Equal(t, tt.ttl, ttl, tt.name)
 	}
-	_, _, err = Lookup(ctx, []string{dead}, "allowed.test", time.Second)
+	_, _, err = Lookup(ctx, nil, []string{dead}, "allowed.test", time.Second)
 	assert.ErrorContains(t, err, dead, "every upstream failed")
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	_, _, err = Lookup(cctx, ups, "allowed.test", time.Second)
+	_, _, err = Lookup(cctx, nil, ups, "allowed.test", time.Second)
 	assert.Error(t, err)
 }

@@ -268,7 +268,7 @@ func (a *API) createVault(w http.ResponseWriter, r *http.Request, v *vault.Vault
 	}
 	st, err := v.Create(req, a.hostAllowed)
 	if err == nil {
-		err = a.records.SaveVault(a.c)
+		err = a.saveVault()
 	}
 	answer(w, http.StatusCreated, st, err)
 }
@@ -281,7 +281,7 @@ func (a *API) patchVault(w http.ResponseWriter, r *http.Request, v *vault.Vault)
 	}
 	st, err := v.Patch(req, a.hostAllowed)
 	if err == nil {
-		err = a.records.SaveVault(a.c)
+		err = a.saveVault()
 	}
 	answer(w, http.StatusOK, st, err)
 }
@@ -289,7 +289,7 @@ func (a *API) patchVault(w http.ResponseWriter, r *http.Request, v *vault.Vault)
 func (a *API) deleteVault(w http.ResponseWriter, _ *http.Request, v *vault.Vault) {
 	err := v.Delete()
 	if err == nil {
-		err = a.records.SaveVault(a.c)
+		err = a.saveVault()
 	}
 	if err != nil {
 		writeErr(w, err)
@@ -316,6 +316,15 @@ func (a *API) listBindings(w http.ResponseWriter, _ *http.Request, v *vault.Vaul
 func (a *API) getBinding(w http.ResponseWriter, r *http.Request, v *vault.Vault) {
 	bi, err := v.Binding(r.PathValue("name"))
 	answer(w, http.StatusOK, bi, err)
+}
+
+// saveVault stores the vault after a change and, for a controller
+// attached to an agent, puts the change in force there.
+func (a *API) saveVault() error {
+	if err := a.records.SaveVault(a.c); err != nil {
+		return err
+	}
+	return a.c.vaultChanged()
 }
 
 // answer writes v with status, or err.

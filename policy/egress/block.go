@@ -198,12 +198,13 @@ func (s *Controller) blockLoop(kick chan struct{}) {
 func (s *Controller) resolveDenied(ctx context.Context) time.Duration {
 	c := s.Policy()
 	next := maxBlockRefresh
-	if !blocking(c) {
+	if !blocking(c) || s.remoted.Load() {
+		// An attached controller's agent blocks in the sandbox.
 		return next
 	}
 	for _, name := range deniedNames(c) {
 		lctx, cancel := context.WithTimeout(ctx, blockLookupTimeout)
-		addrs, ttl, err := dnsproxy.Lookup(lctx, s.m.opts.DNSUpstreams, name, 0)
+		addrs, ttl, err := dnsproxy.Lookup(lctx, s.m.dialer, s.m.opts.DNSUpstreams, name, 0)
 		cancel()
 		if ctx.Err() != nil {
 			return next
@@ -265,7 +266,7 @@ func (s *Controller) onDenied(name string) {
 		defer func() { <-s.onDemand }()
 		ctx, cancel := context.WithTimeout(s.ctx, blockLookupTimeout)
 		defer cancel()
-		addrs, ttl, err := dnsproxy.Lookup(ctx, s.m.opts.DNSUpstreams, name, 0)
+		addrs, ttl, err := dnsproxy.Lookup(ctx, s.m.dialer, s.m.opts.DNSUpstreams, name, 0)
 		if err != nil {
 			s.blockMu.Lock()
 			delete(s.resolved, name)

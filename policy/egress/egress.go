@@ -15,6 +15,13 @@
 //
 // A wasm sandbox has no network: its guests' requests are made by Do, in
 // this process, under the same compiled policy and the same vault.
+//
+// A sandbox whose namespace this process cannot enter (a Kubernetes Pod,
+// maybe on another node) is enforced by the same code in another process:
+// hybox-egress runs an Agent (agent.go) inside the Pod's namespace, whose
+// own Controller installs the same firewall and serves the same proxies;
+// the server's Controller is attached to it (Attach) and pushes every
+// change of policy or vault to it before the change is answered.
 package egress
 
 import (
@@ -32,6 +39,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hybox-dev/hybox/internal/netns"
@@ -40,6 +48,7 @@ import (
 	"github.com/hybox-dev/hybox/policy/nft"
 	"github.com/hybox-dev/hybox/vault"
 	"github.com/hybox-dev/hybox/vault/tproxy"
+	"golang.org/x/sys/unix"
 )
 
 // Addresses inside a sandbox's network namespace.
@@ -74,13 +83,27 @@ type Options struct {
 	// SystemBundle is the PEM trust store a container's CA is added to.
 	// Empty: the host's /etc/ssl/certs/ca-certificates.crt.
 	SystemBundle []byte
-	Logger       *slog.Logger
+	// RootCAsPEM are the PEM certificates added to the system roots in
+	// RootCAs; an agent in another process gets them (with SystemBundle)
+	// to verify the same upstreams.
+	RootCAsPEM []byte
+	// Mark, when non-zero, is the socket mark of every connection the
+	// controllers open themselves (DNS upstreams, resolutions of denied
+	// names, the credential proxy's upstream connections), which the
+	// firewall lets pass: for a process that enforces the namespace it
+	// runs in (hybox-egress). Setting it needs CAP_NET_ADMIN.
+	Mark uint32
+	// GuardPorts are TCP ports of the namespace its own sockets may not
+	// connect to (the agent's control port): see nft.Rules.GuardPorts.
+	GuardPorts []uint16
+	Logger     *slog.Logger
 }
 
 // Manager holds what every sandbox's egress shares.
 type Manager struct {
 	opts     Options
 	resolver *net.Resolver
+	dialer   *net.Dialer // the controllers' own connections (Options.Mark)
 }
 
 // NewManager checks opts and returns a Manager.
@@ -109,7 +132,10 @@ func NewManager(opts Options) (*Manager, error) {
 		}
 		opts.SystemBundle = b
 	}
-	m := &Manager{opts: opts}
+	m := &Manager{opts: opts, dialer: &net.Dialer{}}
+	if opts.Mark != 0 {
+		m.dialer.Control = markControl(opts.Mark)
+	}
 	m.resolver = &net.Resolver{PreferGo: true, Dial: m.dialDNS}
 	return m, nil
 }
@@ -127,6 +153,31 @@ func (m *Manager) dialDNS(ctx context.Context, network, _ string) (net.Conn, err
 		errs = append(errs, err)
 	}
 	return nil, fmt.Errorf("no DNS upstream answered: %w", errors.Join(errs...))
+}
+
+// DNSUpstreams are the resolvers allowed names are forwarded to.
+func (m *Manager) DNSUpstreams() []string { return slices.Clone(m.opts.DNSUpstreams) }
+
+// Roots is the PEM trust store upstream TLS servers are verified with by
+// an agent in another process: the system bundle plus RootCAsPEM.
+func (m *Manager) Roots() []byte {
+	return append(append(slices.Clone(m.opts.SystemBundle), '\n'), m.opts.RootCAsPEM...)
+}
+
+// markControl sets SO_MARK on a socket before it connects.
+func markControl(mark uint32) func(string, string, syscall.RawConn) error {
+	return func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		if err := c.Control(func(fd uintptr) {
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_MARK, int(mark))
+		}); err != nil {
+			return err
+		}
+		if serr != nil {
+			return fmt.Errorf("egress: mark the connection (SO_MARK needs CAP_NET_ADMIN): %w", serr)
+		}
+		return nil
+	}
 }
 
 // Config is one sandbox's egress state.
@@ -173,6 +224,11 @@ type Controller struct {
 
 	connMu sync.Mutex
 	conns  map[*trackedConn]struct{} // Do's open connections
+
+	// remote enforces the state when another process does (Attach);
+	// remoted says so without s.mu.
+	remote  Remote
+	remoted atomic.Bool
 
 	// Blocking the addresses of denied names (block.go).
 	ctx      context.Context // ends with Close
@@ -237,6 +293,14 @@ func (s *Controller) SetPolicy(p *policy.Policy) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.remote != nil {
+		// In force where the sandbox runs before it is the policy here.
+		if err := s.pushLocked(p, s.vault); err != nil {
+			return err
+		}
+		s.pol.Store(c)
+		return nil
+	}
 	s.pol.Store(c)
 	s.startBlockingLocked(c)
 	// Do's pooled connections were decided by the old policy: a new
@@ -302,7 +366,7 @@ func (s *Controller) allowsLocked(c *policy.Compiled, a netip.Addr) bool {
 // rules is the firewall for the current policy.
 func (s *Controller) rules() nft.Rules {
 	c := s.Policy()
-	r := nft.Rules{}
+	r := nft.Rules{BypassMark: s.m.opts.Mark, GuardPorts: s.m.opts.GuardPorts}
 	if c != nil {
 		r.Enforce = true
 		r.DefaultAllow = c.DefaultAllow()
@@ -488,7 +552,7 @@ func (s *Controller) Enforce(ctx context.Context, nsPath string) error {
 		return err
 	}
 	dns, err := dnsproxy.New(dnsproxy.Config{
-		Upstreams: s.m.opts.DNSUpstreams, Decide: s.decide, Learn: s.learn, Denied: s.onDenied,
+		Upstreams: s.m.opts.DNSUpstreams, Decide: s.decide, Learn: s.learn, Denied: s.onDenied, Dialer: s.m.dialer,
 		Logger: s.m.opts.Logger.With("sandbox", s.id, "component", "dns"),
 	})
 	if err != nil {
@@ -515,6 +579,26 @@ func (s *Controller) Enforce(ctx context.Context, nsPath string) error {
 		}()
 	}
 	return nil
+}
+
+// Install applies the firewall of the current policy in the namespace at
+// nsPath and returns, serving nothing: the first step of an enforcer that
+// must fence the namespace before the workload starts (hybox-egress init,
+// a Pod's init container), before the process that serves the proxies
+// (Enforce) runs. Until then names do not resolve, and connections the
+// credential proxy would take are refused: the workload is fenced, never
+// unfenced.
+func (s *Controller) Install(nsPath string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	table, err := nft.Open(nsPath)
+	if err != nil {
+		return fmt.Errorf("egress: firewall of sandbox %s: %w", s.id, err)
+	}
+	defer table.Close()
+	s.table, s.nsPath = table, nsPath
+	defer func() { s.table = nil }()
+	return s.applyLocked()
 }
 
 // stopLocked stops the proxies (the firewall stays in the namespace).

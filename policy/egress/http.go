@@ -261,7 +261,6 @@ func hostOnly(ip netip.Addr) bool {
 // newProxy is the container's transparent credential proxy.
 func (s *Controller) newProxy() (*tproxy.Proxy, error) {
 	v := s.vault
-	var d net.Dialer
 	return tproxy.New(tproxy.Config{
 		CA:          s.ca,
 		OriginalDst: nft.OriginalDst,
@@ -275,7 +274,7 @@ func (s *Controller) newProxy() (*tproxy.Proxy, error) {
 			return inj.Secrets, err
 		},
 		Redact:  vault.Redact,
-		Dial:    d.DialContext,
+		Dial:    s.m.dialer.DialContext,
 		RootCAs: s.m.opts.RootCAs,
 		Logger:  s.m.opts.Logger.With("sandbox", s.id, "component", "credential-proxy"),
 	})

@@ -54,11 +54,11 @@ func (f Flow) String() string {
 // without SOCK_DESTROY support leaves the sockets and still deletes the
 // entries.
 func Cut(nsPath string, deny func(netip.Addr) bool) ([]Flow, error) {
-	fd, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	fd, done, err := nsFD(nsPath)
 	if err != nil {
-		return nil, fmt.Errorf("nft: open namespace %s: %w", nsPath, err)
+		return nil, err
 	}
-	defer unix.Close(fd)
+	defer done()
 	local, err := localAddrs(nsPath)
 	if err != nil {
 		return nil, err

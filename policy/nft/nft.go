@@ -7,7 +7,10 @@
 // default) and, optionally, a NAT
 // rule that redirects outbound TCP to a transparent proxy listening in the
 // namespace. Denied connections are rejected (TCP reset, ICMP
-// administratively prohibited), never dropped, so they fail at once.
+// administratively prohibited), never dropped, so they fail at once. For
+// an enforcer that runs inside the namespace it fences, a socket mark lets
+// its own traffic pass and a guard chain keeps the namespace's sockets off
+// its control port.
 package nft
 
 import (
@@ -21,6 +24,8 @@ import (
 
 	"github.com/google/nftables"
 	"golang.org/x/sys/unix"
+
+	"github.com/hybox-dev/hybox/internal/netns"
 )
 
 // TableName is the name of the inet table this package owns.
@@ -77,10 +82,28 @@ type Rules struct {
 	// namespace, where a transparent proxy reads the original destination
 	// with [OriginalDst].
 	RedirectPort uint16
+	// BypassMark, when non-zero, lets packets whose socket mark is
+	// BypassMark pass the filter and the redirect: the traffic of an
+	// enforcer that runs inside the namespace it fences (hybox-egress in
+	// a Pod: its DNS upstreams, the credential proxy's upstream
+	// connections). Setting SO_MARK needs CAP_NET_ADMIN, which the
+	// workload lacks.
+	BypassMark uint32
+	// GuardPorts are TCP ports that no socket of the namespace may
+	// connect to, on any address (loopback included), unless it carries
+	// BypassMark: the enforcer's control port, which only connections
+	// from outside the namespace may reach. Applied whether or not
+	// Enforce is set.
+	GuardPorts []uint16
 }
 
 // Validate reports whether every prefix is valid.
 func (r Rules) Validate() error {
+	for _, p := range r.GuardPorts {
+		if p == 0 {
+			return errors.New("nft: guard port 0")
+		}
+	}
 	for i, ir := range r.IPRules {
 		if !ir.Prefix.IsValid() {
 			return fmt.Errorf("nft: ip rule %d: invalid prefix %v", i, ir.Prefix)
@@ -115,16 +138,31 @@ func Open(nsPath string) (*Table, error) {
 // dial opens a lasting netlink connection bound to the namespace at nsPath.
 // The socket keeps the namespace once created, so the file is closed here.
 func dial(nsPath string) (*nftables.Conn, error) {
-	fd, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	fd, done, err := nsFD(nsPath)
 	if err != nil {
-		return nil, fmt.Errorf("nft: open namespace %s: %w", nsPath, err)
+		return nil, err
 	}
-	defer unix.Close(fd)
+	defer done()
 	conn, err := nftables.New(nftables.WithNetNSFd(fd), nftables.AsLasting())
 	if err != nil {
 		return nil, fmt.Errorf("nft: netlink in %s: %w", nsPath, err)
 	}
 	return conn, nil
+}
+
+// nsFD opens the namespace at nsPath for a netlink socket: 0 (the
+// caller's own namespace, no setns, so CAP_NET_ADMIN suffices) when
+// nsPath names this process's namespace.
+func nsFD(nsPath string) (int, func(), error) {
+	fd, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, nil, fmt.Errorf("nft: open namespace %s: %w", nsPath, err)
+	}
+	if netns.Self(nsPath) {
+		unix.Close(fd)
+		return 0, func() {}, nil
+	}
+	return fd, func() { unix.Close(fd) }, nil
 }
 
 // Apply replaces the content of the table with r in one atomic batch and

@@ -828,3 +828,64 @@ func TestBlocked(t *testing.T) {
 		assertTCPAllowed(t, sb, a)
 	}
 }
+
+// TestGuardAndBypassMark: the enforcer's own marked connections pass a
+// filter that denies everything; nothing of the namespace, marked or not
+// but the mark, reaches a guarded port, on loopback or on the namespace's
+// own address; a guard needs no filter (Enforce false).
+func TestGuardAndBypassMark(t *testing.T) {
+	top := newTopology(t)
+	const mark, guarded = 0x68796278, 44773
+	l, err := netns.ListenTCP(top.sandbox.Path, ":"+strconv.Itoa(guarded))
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	go greet(l, "control")
+	markedDial := func(a netip.Addr, port uint16) (string, error) {
+		var c net.Conn
+		err := netns.Do(top.sandbox.Path, func() error {
+			d := net.Dialer{Timeout: 2 * time.Second, Control: func(_, _ string, rc syscall.RawConn) error {
+				var serr error
+				if err := rc.Control(func(fd uintptr) {
+					serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_MARK, mark)
+				}); err != nil {
+					return err
+				}
+				return serr
+			}}
+			var derr error
+			c, derr = d.Dial("tcp", netip.AddrPortFrom(a, port).String())
+			return derr
+		})
+		if err != nil {
+			return "", err
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+		b, err := io.ReadAll(c)
+		return string(b), err
+	}
+	tbl := open(t, top.sandbox.Path)
+	for _, enforce := range []bool{true, false} {
+		require.NoError(t, tbl.Apply(nft.Rules{Enforce: enforce, BypassMark: mark, GuardPorts: []uint16{guarded}}, nil))
+		for _, a := range []netip.Addr{netip.MustParseAddr("127.0.0.1"), sandbox4} {
+			assertTCPRejected(t, top.sandbox.Path, a, guarded)
+		}
+		if enforce {
+			assertTCPRejected(t, top.sandbox.Path, up1, tcpPort)
+			// DNS off loopback is refused to all but the marked.
+			assertTCPRejected(t, top.sandbox.Path, up1, 53)
+			got, err := markedDial(up1, 53)
+			require.NoError(t, err, "a marked connection passes the filter")
+			assert.Equal(t, up1.String(), got)
+		} else {
+			assertTCPAllowed(t, top.sandbox.Path, up1)
+		}
+		got, err := markedDial(up1, tcpPort)
+		require.NoError(t, err)
+		assert.Equal(t, up1.String(), got)
+	}
+	// Outside the namespace, the guarded port answers.
+	got, err := dialTCP(top.upstream.Path, sandbox4, guarded)
+	require.NoError(t, err)
+	assert.Equal(t, "control", got)
+}

@@ -17,10 +17,12 @@ const (
 	chainOut6     = "out6"     // IPv6 rules, learned6, default
 	chainDeny     = "deny"     // reject: tcp reset, else icmpx admin-prohibited
 	chainRedirect = "redirect" // base: nat hook output priority -100
+	chainGuard    = "guard"    // base: filter hook output priority -160
 )
 
 // Priorities: the filter runs before NAT rewrites the destination.
 var (
+	guardPriority  = nftables.ChainPriorityRef(-160)
 	filterPriority = nftables.ChainPriorityRef(-150)
 	natPriority    = nftables.ChainPriorityNATDest // -100
 )
@@ -72,13 +74,18 @@ func build(c *nftables.Conn, r Rules, learned, blocked [2][]nftables.SetElement)
 		}
 	}
 
+	if len(r.GuardPorts) > 0 {
+		if err := buildGuard(c, table, r, &ids); err != nil {
+			return err
+		}
+	}
 	if r.Enforce {
 		if err := buildFilter(c, table, r, [2]*nftables.Set{set4, set6}, [2]*nftables.Set{blk4, blk6}, &ids); err != nil {
 			return err
 		}
 	}
 	if r.RedirectPort != 0 {
-		buildRedirect(c, table, r.RedirectPort)
+		buildRedirect(c, table, r.RedirectPort, r.BypassMark)
 	}
 	return nil
 }
@@ -103,6 +110,7 @@ func learnedSet(table *nftables.Table, name string, key nftables.SetDatatype) *n
 // buildFilter queues the filter chains:
 //
 //	chain output { type filter hook output priority -150
+//	  meta mark <BypassMark> accept      (when BypassMark is set)
 //	  oif lo accept
 //	  ct state established,related accept
 //	  meta l4proto { tcp, udp } th dport { 53, 853 } goto deny
@@ -154,7 +162,11 @@ func buildFilter(c *nftables.Conn, table *nftables.Table, r Rules, learned, bloc
 		return fmt.Errorf("dns port set: %w", err)
 	}
 
-	for _, exprs := range [][]expr.Any{
+	var first [][]expr.Any
+	if r.BypassMark != 0 {
+		first = append(first, markIs(r.BypassMark, accept))
+	}
+	for _, exprs := range append(first, [][]expr.Any{
 		{loadMeta(expr.MetaKeyOIF), cmpEq(binaryutil.NativeEndian.PutUint32(loIndex)), accept},
 		{
 			&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
@@ -176,7 +188,7 @@ func buildFilter(c *nftables.Conn, table *nftables.Table, r Rules, learned, bloc
 		{loadMeta(expr.MetaKeyNFPROTO), cmpEq([]byte{unix.NFPROTO_IPV4}), gotoChain(chainOut4)},
 		{loadMeta(expr.MetaKeyNFPROTO), cmpEq([]byte{unix.NFPROTO_IPV6}), gotoChain(chainOut6)},
 		{dflt},
-	} {
+	}...) {
 		c.AddRule(&nftables.Rule{Table: table, Chain: output, Exprs: exprs})
 	}
 
@@ -232,12 +244,55 @@ func buildFilter(c *nftables.Conn, table *nftables.Table, r Rules, learned, bloc
 	return nil
 }
 
+// buildGuard queues:
+//
+//	chain guard { type filter hook output priority -160
+//	  meta mark <BypassMark> return
+//	  meta l4proto tcp th dport { <GuardPorts> } reject with tcp reset }
+//
+// Only locally generated packets pass the output hook: the replies of a
+// guarded port's server go from that port, not to it, so connections from
+// outside the namespace are untouched.
+func buildGuard(c *nftables.Conn, table *nftables.Table, r Rules, ids *setIDs) error {
+	chain := c.AddChain(&nftables.Chain{
+		Name:     chainGuard,
+		Table:    table,
+		Type:     nftables.ChainTypeFilter,
+		Hooknum:  nftables.ChainHookOutput,
+		Priority: guardPriority,
+	})
+	if r.BypassMark != 0 {
+		c.AddRule(&nftables.Rule{Table: table, Chain: chain, Exprs: markIs(r.BypassMark, &expr.Verdict{Kind: expr.VerdictReturn})})
+	}
+	ports := &nftables.Set{ID: ids.next(), Name: anonSet, Table: table, Anonymous: true, Constant: true, KeyType: nftables.TypeInetService}
+	var elems []nftables.SetElement
+	for _, p := range r.GuardPorts {
+		elems = append(elems, nftables.SetElement{Key: binaryutil.BigEndian.PutUint16(p)})
+	}
+	if err := c.AddSet(ports, elems); err != nil {
+		return fmt.Errorf("guard port set: %w", err)
+	}
+	c.AddRule(&nftables.Rule{Table: table, Chain: chain, Exprs: []expr.Any{
+		loadMeta(expr.MetaKeyL4PROTO), cmpEq([]byte{unix.IPPROTO_TCP}),
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Lookup{SourceRegister: 1, SetName: ports.Name, SetID: ports.ID},
+		&expr.Reject{Type: unix.NFT_REJECT_TCP_RST},
+	}})
+	return nil
+}
+
+// markIs matches packets whose mark is mark, then verdict.
+func markIs(mark uint32, verdict expr.Any) []expr.Any {
+	return []expr.Any{loadMeta(expr.MetaKeyMARK), cmpEq(binaryutil.NativeEndian.PutUint32(mark)), verdict}
+}
+
 // buildRedirect queues:
 //
 //	chain redirect { type nat hook output priority -100
+//	  meta mark <bypass> return      (when bypass is set)
 //	  oif lo return
 //	  meta l4proto tcp redirect to :port }
-func buildRedirect(c *nftables.Conn, table *nftables.Table, port uint16) {
+func buildRedirect(c *nftables.Conn, table *nftables.Table, port uint16, bypass uint32) {
 	chain := c.AddChain(&nftables.Chain{
 		Name:     chainRedirect,
 		Table:    table,
@@ -245,6 +300,9 @@ func buildRedirect(c *nftables.Conn, table *nftables.Table, port uint16) {
 		Hooknum:  nftables.ChainHookOutput,
 		Priority: natPriority,
 	})
+	if bypass != 0 {
+		c.AddRule(&nftables.Rule{Table: table, Chain: chain, Exprs: markIs(bypass, &expr.Verdict{Kind: expr.VerdictReturn})})
+	}
 	c.AddRule(&nftables.Rule{Table: table, Chain: chain, Exprs: []expr.Any{
 		loadMeta(expr.MetaKeyOIF), cmpEq(binaryutil.NativeEndian.PutUint32(loIndex)),
 		&expr.Verdict{Kind: expr.VerdictReturn},

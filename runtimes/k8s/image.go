@@ -26,17 +26,20 @@ const execdImageRepo = "localhost/hybox/execd"
 var execdImageCreated = time.Unix(1704067200, 0).UTC()
 
 // ExecdImageArchive writes the hybox-execd image as an OCI image archive
-// to out: one layer holding the static binary at /hybox-execd (mode 0755),
-// nothing else. It is named localhost/hybox/execd:<first 12 hex digits of
-// the binary's sha256>, so that another build is another image; the name
-// is returned. Import the archive into every node's containerd
+// to out: one layer holding the two static binaries, hybox-execd at
+// /hybox-execd and hybox-egress at /hybox-egress (mode 0755), nothing
+// else. It is named localhost/hybox/execd:<first 12 hex digits of the
+// sha256 of both binaries>, so that another build is another image; the
+// name is returned. Import the archive into every node's containerd
 // (namespace k8s.io) and pass the name as Options.ExecdImage.
 //
 // # Errors
-// When the binary cannot be read or the archive cannot be written.
-func ExecdImageArchive(ctx context.Context, out io.Writer, execdBinary string) (string, error) {
-	return packImage(ctx, out, execdImageRepo, []imageFile{{Name: ExecdInImage[1:], Path: execdBinary, Mode: 0o755}},
-		[]string{ExecdInImage}, "runtimes/k8s.ExecdImageArchive: the static hybox-execd")
+// When a binary cannot be read or the archive cannot be written.
+func ExecdImageArchive(ctx context.Context, out io.Writer, execdBinary, egressBinary string) (string, error) {
+	return packImage(ctx, out, execdImageRepo, []imageFile{
+		{Name: ExecdInImage[1:], Path: execdBinary, Mode: 0o755},
+		{Name: EgressInImage[1:], Path: egressBinary, Mode: 0o755},
+	}, []string{ExecdInImage}, "runtimes/k8s.ExecdImageArchive: the static hybox-execd and hybox-egress")
 }
 
 // Where the hybox server's image holds its parts.

@@ -9,10 +9,13 @@
 // the cluster's Pod network (true on the node itself and inside the
 // cluster).
 //
-// Not yet: pause and resume (ErrNotSupported), volumes, and the egress
-// policy and vault inside Pods (a sandbox with an egress controller is
-// refused unless Options.UnenforcedEgress says the Pod network has no way
-// out anyway).
+// A sandbox with an egress controller gets hybox-egress (egress.go): an
+// init container that installs the firewall and a native sidecar that
+// serves the DNS and credential proxies and takes every change of policy
+// and vault from the server, all in the Pod's network namespace.
+//
+// Not yet: pause and resume (ErrNotSupported), volumes, and egress policies
+// on gVisor (ErrNotSupported: its netstack has no nftables).
 package k8s
 
 import (
@@ -20,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -56,7 +60,8 @@ type Options struct {
 	// Namespace of the sandboxes' Pods and Secrets. Required.
 	Namespace string
 	// ExecdImage is the image holding the static hybox-execd at
-	// /hybox-execd (see ExecdImageArchive), present on every node: Pods use
+	// /hybox-execd and hybox-egress at /hybox-egress (see
+	// ExecdImageArchive), present on every node: Pods use
 	// imagePullPolicy Never. Required.
 	ExecdImage string
 	// ReadyTimeout bounds how long Create waits for execd (default 60 s).
@@ -64,10 +69,15 @@ type Options struct {
 	// DefaultMemoryBytes is the memory limit of a sandbox that asks for
 	// none (default 1 GiB).
 	DefaultMemoryBytes int64
-	// UnenforcedEgress accepts sandboxes that have an egress controller
-	// although this backend does not enforce egress policies yet. Set it
-	// only where Pods have no route off the node (the test cluster).
-	UnenforcedEgress bool
+	// DNSUpstreams are the resolvers ("ip:port") the Pods' egress agents
+	// forward allowed names to; empty: the egress manager's (the server's
+	// egress.dns_upstreams). They must be reachable from the Pods.
+	DNSUpstreams []string
+	// IngressFrom, when set, are the addresses of the hybox servers: a
+	// NetworkPolicy (NetworkPolicyName) then lets the sandboxes' Pods take
+	// connections from them only, a second fence where the cluster's CNI
+	// enforces NetworkPolicy (the test cluster's bridge plugin does not).
+	IngressFrom []netip.Prefix
 	// Replica names the server that makes the sandboxes when it is one of
 	// several sharing the cluster (annotation hybox.dev/replica on every
 	// Pod), for SweepReplicas.
@@ -87,6 +97,9 @@ func (o *Options) Validate() error {
 	if errs := validation.IsDNS1123Label(o.Namespace); len(errs) > 0 {
 		return fmt.Errorf("k8s: namespace %q: %s", o.Namespace, strings.Join(errs, "; "))
 	}
+	if err := validPrefixes(o.IngressFrom); err != nil {
+		return err
+	}
 	if o.ReadyTimeout <= 0 {
 		o.ReadyTimeout = 60 * time.Second
 	}
@@ -104,9 +117,11 @@ type Cluster struct {
 	opts   Options
 	client kubernetes.Interface
 
-	mu        sync.Mutex
-	classes   []string // RuntimeClass names, sorted
-	classesAt time.Time
+	mu         sync.Mutex
+	classes    []string          // RuntimeClass names, sorted
+	handlers   map[string]string // RuntimeClass name → handler
+	netpolDone bool              // the NetworkPolicy is in place
+	classesAt  time.Time
 }
 
 // classesTTL is how long a list of RuntimeClasses is trusted for a class it
@@ -162,12 +177,14 @@ func (c *Cluster) RuntimeClasses(ctx context.Context) ([]string, error) {
 		return nil, errdefs.New(api.ErrorCodeUNAVAILABLE, "the Kubernetes API server does not answer; container sandboxes on the cluster are unavailable until it does")
 	}
 	names := make([]string, 0, len(list.Items))
+	handlers := map[string]string{}
 	for _, rc := range list.Items {
 		names = append(names, rc.Name)
+		handlers[rc.Name] = rc.Handler
 	}
 	slices.Sort(names)
 	c.mu.Lock()
-	c.classes, c.classesAt = names, time.Now()
+	c.classes, c.handlers, c.classesAt = names, handlers, time.Now()
 	c.mu.Unlock()
 	return names, nil
 }
@@ -192,6 +209,18 @@ func (c *Cluster) checkClass(ctx context.Context, class string) error {
 		return fmt.Errorf("%w: the cluster has no RuntimeClass %q (it has: %s)", runtimes.ErrInvalid, class, has)
 	}
 	return nil
+}
+
+// gvisor reports whether RuntimeClass class runs gVisor (its handler, or
+// its name when the classes were not listed yet, names gvisor or runsc).
+func (c *Cluster) gvisor(class string) bool {
+	c.mu.Lock()
+	h, ok := c.handlers[class]
+	c.mu.Unlock()
+	if !ok {
+		h = class
+	}
+	return strings.Contains(h, "gvisor") || strings.Contains(h, "runsc")
 }
 
 // Runtime returns the runtime called name (the value of
@@ -224,8 +253,8 @@ func (r *Runtime) Class() string { return r.class }
 const validateTimeout = 10 * time.Second
 
 // Validate refuses what the backend cannot run: wasm images, ids that are
-// no valid Pod name, volumes, egress it cannot enforce, and a RuntimeClass
-// the cluster lacks (the message names those it has).
+// no valid Pod name, volumes, an egress policy or vault on gVisor, and a
+// RuntimeClass the cluster lacks (the message names those it has).
 //
 // # Errors
 // runtimes.ErrInvalid or runtimes.ErrNotSupported with a message for the
@@ -240,12 +269,17 @@ func (r *Runtime) Validate(spec runtimes.Spec) error {
 	if len(spec.Volumes) > 0 {
 		return fmt.Errorf("%w: the Kubernetes runtime %q has no volumes yet; use runc or runsc for sandboxes with volumes", runtimes.ErrNotSupported, r.name)
 	}
-	if spec.Egress != nil && !r.c.opts.UnenforcedEgress {
-		return fmt.Errorf("%w: the Kubernetes runtime %q does not enforce egress policies yet; use runc or runsc", runtimes.ErrNotSupported, r.name)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), validateTimeout)
 	defer cancel()
-	return r.c.checkClass(ctx, r.class)
+	if err := r.c.checkClass(ctx, r.class); err != nil {
+		return err
+	}
+	if eg, ok := spec.Egress.(agentEgress); ok && r.c.gvisor(r.class) {
+		if st := eg.State(); st.Policy != nil || st.Vault != nil {
+			return r.gvisorRefusal()
+		}
+	}
+	return nil
 }
 
 // podName is the name of a sandbox's Pod and of its Secret.

@@ -250,7 +250,7 @@ func TestManifests(t *testing.T) {
 		case "ConfigMap":
 			toml, _, _ := unstructured.NestedString(obj.Object, "data", "hybox.toml")
 			for old, repl := range map[string]string{
-				`execd_image = "localhost/hybox/execd:latest"`: fmt.Sprintf("execd_image = %q\nkubeconfig = \"/etc/hybox/kube/kubeconfig\"\nunenforced_egress = true\nlease_duration = \"3s\"", execdImage),
+				`execd_image = "localhost/hybox/execd:latest"`: fmt.Sprintf("execd_image = %q\nkubeconfig = \"/etc/hybox/kube/kubeconfig\"\nlease_duration = \"3s\"", execdImage),
 				`guest_dir = "/opt/hybox/guests"`:              "guest_dir = \"/opt/hybox/guests\"\npython_ready = 1",
 			} {
 				if !strings.Contains(toml, old) {

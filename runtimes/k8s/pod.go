@@ -63,6 +63,13 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Sand
 	if err != nil {
 		return nil, err
 	}
+	eg, err := r.egressOf(spec)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.c.ensureNetworkPolicy(ctx); err != nil {
+		return nil, err
+	}
 	name := podName(spec.ID)
 	ns := r.c.opts.Namespace
 	secret := &corev1.Secret{
@@ -70,11 +77,14 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Sand
 		Type:       corev1.SecretTypeOpaque,
 		Data:       map[string][]byte{tokenKey: []byte(token)},
 	}
+	if err := eg.secretData(secret.Data); err != nil {
+		return nil, err
+	}
 	secret, err = r.c.client.CoreV1().Secrets(ns).Create(ctx, secret, metav1.CreateOptions{})
 	if err != nil {
 		return nil, r.apiError("create Secret "+name, err)
 	}
-	pod, err := r.c.client.CoreV1().Pods(ns).Create(ctx, r.pod(spec), metav1.CreateOptions{})
+	pod, err := r.c.client.CoreV1().Pods(ns).Create(ctx, r.pod(spec, eg), metav1.CreateOptions{})
 	if err != nil {
 		return nil, r.apiError("create Pod "+name, err)
 	}
@@ -87,6 +97,10 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Sand
 	created := time.Since(begin)
 	sb, err := r.waitStarted(ctx, pod, token, spec)
 	if err != nil {
+		return nil, err
+	}
+	if err := r.attachEgress(ctx, sb, spec, secret.Data); err != nil {
+		_ = sb.Close(ctx)
 		return nil, err
 	}
 	cu.Release()
@@ -125,7 +139,17 @@ func (r *Runtime) Restore(ctx context.Context, spec runtimes.Spec) (runtimes.San
 	// A Pod that is still starting (a create that returned as soon as
 	// execd answered, before the kubelet reported the Pod Running) is
 	// waited for like a new one.
-	return r.waitStarted(ctx, pod, string(secret.Data[tokenKey]), spec)
+	sb, err := r.waitStarted(ctx, pod, string(secret.Data[tokenKey]), spec)
+	if err != nil {
+		return nil, err
+	}
+	// The server's state, which the agent may not have (a change it
+	// missed while no server ran), is pushed again.
+	if err := r.attachEgress(ctx, sb, spec, secret.Data); err != nil {
+		_ = sb.Close(ctx)
+		return nil, err
+	}
+	return sb, nil
 }
 
 // apiError wraps an error of the API server: a RuntimeClass the admission
@@ -173,7 +197,7 @@ func (r *Runtime) annotations() map[string]string {
 // a shared volume, and the workload container, whose command is that
 // execd (it starts the entrypoint). Images are never pulled: they must be
 // on the node. No service account token, no service links, the node's DNS.
-func (r *Runtime) pod(spec runtimes.Spec) *corev1.Pod {
+func (r *Runtime) pod(spec runtimes.Spec, eg *podEgress) *corev1.Pod {
 	args := []string{"--listen-unix", "", "--listen-tcp", fmt.Sprintf("0.0.0.0:%d", ExecdPort),
 		"--access-token-file", tokenDir + "/" + tokenKey, "--"}
 	args = append(args, spec.Entrypoint...)
@@ -212,8 +236,11 @@ func (r *Runtime) pod(spec runtimes.Spec) *corev1.Pod {
 			DNSPolicy:                    corev1.DNSDefault,
 			Volumes: []corev1.Volume{
 				{Name: "hybox-execd", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+				// Only the execd token (and the egress files): the
+				// agent's configuration is for its containers alone.
 				{Name: "hybox-token", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-					SecretName: podName(spec.ID), DefaultMode: &tokenMode}}},
+					SecretName: podName(spec.ID), DefaultMode: &tokenMode,
+					Items: []corev1.KeyToPath{{Key: tokenKey, Path: tokenKey}}}}},
 			},
 			InitContainers: []corev1.Container{{
 				Name:            initName,
@@ -239,6 +266,7 @@ func (r *Runtime) pod(spec runtimes.Spec) *corev1.Pod {
 			}},
 		},
 	}
+	eg.addToPod(p, r.c.opts.ExecdImage, "hybox-token")
 	return p
 }
 

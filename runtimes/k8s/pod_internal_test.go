@@ -11,7 +11,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/rest"
 
+	"github.com/hybox-dev/hybox/policy"
+	"github.com/hybox-dev/hybox/policy/egress"
 	"github.com/hybox-dev/hybox/runtimes"
+	"github.com/hybox-dev/hybox/vault"
+	"github.com/hybox-dev/hybox/vault/tproxy"
 )
 
 func testRuntime(t *testing.T) *Runtime {
@@ -26,7 +30,7 @@ func testRuntime(t *testing.T) *Runtime {
 func TestPod(t *testing.T) {
 	r := testRuntime(t)
 	p := r.pod(runtimes.Spec{ID: "abc", Image: "localhost/img:1", Entrypoint: []string{"sleep", "infinity"},
-		Env: map[string]string{"B": "2", "A": "1"}, MemoryBytes: 256 << 20, CPUMillis: 500})
+		Env: map[string]string{"B": "2", "A": "1"}, MemoryBytes: 256 << 20, CPUMillis: 500}, nil)
 	if p.Name != "hybox-abc" || p.Namespace != "ns" || p.Labels[LabelSandbox] != "abc" || p.Labels[LabelManagedBy] != "hybox" ||
 		p.Annotations[AnnotationRuntime] != "runsc" {
 		t.Fatalf("metadata %+v", p.ObjectMeta)
@@ -64,7 +68,7 @@ func TestPod(t *testing.T) {
 			t.Fatalf("the workload can write %s", m.MountPath)
 		}
 	}
-	if d := r.pod(runtimes.Spec{ID: "x", Image: "i:1"}).Spec.Containers[0].Resources.Limits[corev1.ResourceMemory]; d.Value() != 1<<30 {
+	if d := r.pod(runtimes.Spec{ID: "x", Image: "i:1"}, nil).Spec.Containers[0].Resources.Limits[corev1.ResourceMemory]; d.Value() != 1<<30 {
 		t.Fatalf("default memory %v", d.String())
 	}
 }
@@ -112,5 +116,148 @@ func TestValidateID(t *testing.T) {
 	}
 	if err := r.Validate(runtimes.Spec{ID: "ok", Image: "wasm://default"}); !errors.Is(err, runtimes.ErrInvalid) {
 		t.Errorf("wasm image: %v", err)
+	}
+}
+
+// TestPodEgress: a sandbox with an egress controller gets hybox-egress as
+// an init container and a native sidecar with CAP_NET_ADMIN, which the
+// workload never has; the agent's configuration is mounted into them
+// alone; the workload's resolver is the agent's DNS proxy and its trust
+// store holds the sandbox's CA. gVisor refuses a policy, and runs an
+// unrestricted sandbox without an agent.
+func TestPodEgress(t *testing.T) {
+	m, err := egress.NewManager(egress.Options{DNSUpstreams: []string{"10.0.0.1:53"}, SystemBundle: []byte("# bundle\n")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := tproxy.NewCA("pod test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &policy.Policy{DefaultAction: policy.Deny, Egress: []policy.Rule{{Action: policy.Allow, Target: "a.test"}}}
+	ctl, err := m.New("abc", egress.Config{Policy: p, Vault: vault.New(), CA: ca})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctl.Close()
+	o := Options{Config: &rest.Config{}, Namespace: "ns", ExecdImage: "localhost/hybox/execd:abc"}
+	if err := o.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	c := &Cluster{opts: o, handlers: map[string]string{"runc": "runc", "gvisor": "gvisor"}}
+	spec := runtimes.Spec{ID: "abc", Image: "localhost/img:1", Env: map[string]string{"SSL_CERT_FILE": "/mine"}, Egress: ctl}
+	eg, err := c.Runtime("runc", "runc").egressOf(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := map[string][]byte{}
+	if err := eg.secretData(data); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := egress.ParseAgentConfig(data[agentKey]); err != nil {
+		t.Fatalf("the agent's configuration in the Secret: %v", err)
+	}
+	pod := c.Runtime("runc", "runc").pod(spec, eg)
+	s := pod.Spec
+	if len(s.InitContainers) != 2 || s.InitContainers[0].Name != egressInit || s.InitContainers[1].Name != egressSidecar ||
+		s.InitContainers[1].RestartPolicy == nil || *s.InitContainers[1].RestartPolicy != corev1.ContainerRestartPolicyAlways ||
+		s.InitContainers[1].Lifecycle.PostStart == nil {
+		t.Fatalf("init containers %+v", s.InitContainers)
+	}
+	if got := strings.Join(s.InitContainers[0].Command, " "); got != EgressInImage+" init --config "+agentDir+"/"+agentFile+" -- "+ExecdInImage+" --install-to "+execdInPod {
+		t.Fatalf("the init container runs %q: the firewall, then execd's install", got)
+	}
+	for _, ic := range s.InitContainers {
+		if !slices.Contains(ic.SecurityContext.Capabilities.Add, "NET_ADMIN") || ic.Command[0] != EgressInImage {
+			t.Fatalf("%s: %+v", ic.Name, ic)
+		}
+	}
+	w := s.Containers[0]
+	if sc := w.SecurityContext; sc.Capabilities != nil && slices.Contains(sc.Capabilities.Add, "NET_ADMIN") {
+		t.Fatal("the workload has NET_ADMIN")
+	}
+	if s.DNSPolicy != corev1.DNSNone || s.DNSConfig == nil || s.DNSConfig.Nameservers[0] != "127.0.0.53" {
+		t.Fatalf("dns %v %+v", s.DNSPolicy, s.DNSConfig)
+	}
+	for _, v := range s.Volumes {
+		if v.Secret == nil {
+			continue
+		}
+		var keys []string
+		for _, it := range v.Secret.Items {
+			keys = append(keys, it.Key)
+		}
+		switch v.Name {
+		case "hybox-token":
+			if slices.Contains(keys, agentKey) || !slices.Contains(keys, tokenKey) || len(keys) != 1+len(eg.files) {
+				t.Fatalf("the workload's Secret volume holds %v", keys)
+			}
+		case agentVolume:
+			if !slices.Equal(keys, []string{agentKey}) {
+				t.Fatalf("the agent's volume holds %v", keys)
+			}
+		}
+	}
+	mounted := map[string]bool{}
+	for _, vm := range w.VolumeMounts {
+		mounted[vm.MountPath] = true
+		if vm.Name == agentVolume {
+			t.Fatal("the workload mounts the agent's configuration")
+		}
+	}
+	for path := range ctl.Files() {
+		if path != "/etc/resolv.conf" && !mounted[path] {
+			t.Errorf("%s is not mounted into the workload", path)
+		}
+	}
+	env := map[string]string{}
+	for _, e := range w.Env {
+		env[e.Name] = e.Value
+	}
+	if env["SSL_CERT_FILE"] != "/mine" || env["CURL_CA_BUNDLE"] == "" {
+		t.Fatalf("env %v: the CA variables are set and the user's win", env)
+	}
+
+	// The server's loopback resolver is no use in a Pod: said, not
+	// silently broken; kubernetes.dns_upstreams is the way out.
+	lm, err := egress.NewManager(egress.Options{DNSUpstreams: []string{"127.0.0.53:53"}, SystemBundle: []byte{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lctl, err := lm.New("lo", egress.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lctl.Close()
+	if _, err := c.Runtime("runc", "runc").egressOf(runtimes.Spec{ID: "lo", Egress: lctl}); !errors.Is(err, runtimes.ErrUnavailable) ||
+		!strings.Contains(err.Error(), "kubernetes.dns_upstreams") {
+		t.Fatalf("a loopback DNS upstream: %v", err)
+	}
+	c.opts.DNSUpstreams = []string{"10.0.0.2:53"}
+	if pe, err := c.Runtime("runc", "runc").egressOf(runtimes.Spec{ID: "lo", Egress: lctl}); err != nil || pe.agent.DNSUpstreams[0] != "10.0.0.2:53" {
+		t.Fatalf("kubernetes.dns_upstreams: %v", err)
+	}
+	c.opts.DNSUpstreams = []string{} // as an empty list in the config file
+	if pe, err := c.Runtime("runc", "runc").egressOf(spec); err != nil || !slices.Equal(pe.agent.DNSUpstreams, []string{"10.0.0.1:53"}) {
+		t.Fatalf("no kubernetes.dns_upstreams: the manager's, got %v", err)
+	}
+	c.opts.DNSUpstreams = nil
+
+	gv := c.Runtime("runsc", "gvisor")
+	if _, err := gv.egressOf(spec); !errors.Is(err, runtimes.ErrNotSupported) {
+		t.Fatalf("a policy on gVisor: %v", err)
+	}
+	free, err := m.New("free", egress.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer free.Close()
+	spec.Egress = free
+	eg, err = gv.egressOf(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pod := gv.pod(spec, eg); len(pod.Spec.InitContainers) != 1 || pod.Spec.DNSPolicy != corev1.DNSDefault {
+		t.Fatalf("an unrestricted gVisor sandbox gets an agent: %+v", pod.Spec.InitContainers)
 	}
 }

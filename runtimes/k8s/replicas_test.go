@@ -37,7 +37,6 @@ enabled = true
 kubeconfig = %q
 namespace = %q
 execd_image = %q
-unenforced_egress = true
 shared_state = true
 replica = %q
 lease_duration = "3s"

@@ -17,6 +17,7 @@ import (
 
 	"github.com/hybox-dev/hybox/execd"
 	"github.com/hybox-dev/hybox/ingress"
+	"github.com/hybox-dev/hybox/policy/egress"
 	"github.com/hybox-dev/hybox/runtimes"
 	"github.com/hybox-dev/hybox/sdks/go/api"
 )
@@ -33,6 +34,7 @@ type Sandbox struct {
 	execd  *httputil.ReverseProxy
 	client *http.Client
 	tr     *http.Transport
+	agent  *egress.AgentClient // the Pod's egress agent, if any
 
 	exited    chan runtimes.ExitStatus // buffered 1
 	stopWatch context.CancelFunc
@@ -185,5 +187,8 @@ func (s *Sandbox) Close(ctx context.Context) error {
 	s.stopWatch()
 	s.watching.Wait()
 	s.tr.CloseIdleConnections()
+	if s.agent != nil {
+		s.agent.CloseIdleConnections()
+	}
 	return nil
 }

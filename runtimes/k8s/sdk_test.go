@@ -34,7 +34,6 @@ enabled = true
 kubeconfig = %q
 namespace = %q
 execd_image = %q
-unenforced_egress = true
 `, env.Kubeconfig, k8stest.Namespace, execdImage)), 0o600); err != nil {
 		t.Fatal(err)
 	}

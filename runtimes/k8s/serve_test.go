@@ -167,7 +167,8 @@ func (p *serveProc) do(method, path, body string, hdr ...string) (int, []byte) {
 
 // TestServeKubernetes: `hybox serve` with [kubernetes] runs container
 // sandboxes as Pods of the cluster: a create of runc answers with a
-// sandbox whose commands run in its Pod, a runtime the configuration does
+// sandbox whose commands run in its Pod, a policy set through the server's
+// egress API is in force in the Pod, a runtime the configuration does
 // not map is a 400 naming those it has, wasm sandboxes are still served
 // in-process, and a delete removes the Pod.
 func TestServeKubernetes(t *testing.T) {
@@ -191,7 +192,6 @@ enabled = true
 kubeconfig = %q
 namespace = %q
 execd_image = %q
-unenforced_egress = true
 `, addr, filepath.Join(dir, "data"), key, guests, env.Kubeconfig, k8stest.Namespace, execdImage))
 	do := srv.do
 	deadline := time.Now().Add(2 * time.Minute)
@@ -216,6 +216,20 @@ unenforced_egress = true
 	st, b = do("POST", "/v1/sandboxes/"+sb.ID+"/proxy/44772/command", `{"command":"echo from-the-pod; cat /proc/1/cgroup | head -1"}`)
 	if st != http.StatusOK || !bytes.Contains(b, []byte("from-the-pod")) {
 		t.Fatalf("command: %d %s", st, b)
+	}
+
+	// The egress API of the server reaches the Pod's agent: a policy set
+	// on the unrestricted sandbox is in force in the Pod at once (the
+	// kubelet on the node's address stands in for an upstream).
+	probe := `{"command":"timeout 5 bash -c 'exec 3<>/dev/tcp/10.248.0.1/10450' && echo OPEN || echo SHUT"}`
+	if st, b := do("POST", "/v1/sandboxes/"+sb.ID+"/proxy/44772/command", probe); st != http.StatusOK || !bytes.Contains(b, []byte("OPEN")) {
+		t.Fatalf("unrestricted, the node is reachable: %d %s", st, b)
+	}
+	if st, b := do("PUT", "/v1/sandboxes/"+sb.ID+"/proxy/18080/policy", `{"defaultAction":"deny","egress":[]}`); st != http.StatusOK {
+		t.Fatalf("PUT policy: %d %s", st, b)
+	}
+	if st, b := do("POST", "/v1/sandboxes/"+sb.ID+"/proxy/44772/command", probe); st != http.StatusOK || !bytes.Contains(b, []byte("SHUT")) {
+		t.Fatalf("after a deny-all policy, the node is still reachable: %d %s", st, b)
 	}
 
 	st, b = do("POST", "/v1/sandboxes", fmt.Sprintf(`{"image":{"uri":%q},"extensions":{"hybox.io/runtime":"kata"}}`, image))

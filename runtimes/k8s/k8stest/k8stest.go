@@ -233,13 +233,15 @@ func (e *Env) Import(t testing.TB, path string) {
 	imported[path] = true
 }
 
-// ExecdImage builds the static hybox-execd, packs it as the hybox-execd
-// image (k8s.ExecdImageArchive), imports it and returns its name.
+// ExecdImage builds the static hybox-execd and hybox-egress, packs them
+// as the hybox-execd image (k8s.ExecdImageArchive), imports it and
+// returns its name.
 func (e *Env) ExecdImage(t testing.TB) string {
 	t.Helper()
 	bin := ocitest.ExecdBinary(t)
+	egress := EgressBinary(t)
 	var buf bytes.Buffer
-	name, err := k8s.ExecdImageArchive(context.Background(), &buf, bin)
+	name, err := k8s.ExecdImageArchive(context.Background(), &buf, bin, egress)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,6 +251,32 @@ func (e *Env) ExecdImage(t testing.TB) string {
 	}
 	e.Import(t, path)
 	return name
+}
+
+var (
+	egressOnce sync.Once
+	egressPath string
+	egressErr  error
+	egressOut  []byte
+)
+
+// EgressBinary builds the static hybox-egress once per test binary, in
+// the directory of ocitest's hybox-execd, and returns its path.
+func EgressBinary(t testing.TB) string {
+	t.Helper()
+	// Beside ocitest's hybox-execd: no directory of its own to leave.
+	dir := filepath.Dir(ocitest.ExecdBinary(t))
+	egressOnce.Do(func() {
+		egressPath = filepath.Join(dir, "hybox-egress")
+		cmd := exec.Command("go", "build", "-trimpath", "-o", egressPath, "github.com/hybox-dev/hybox/cmd/hybox-egress")
+		cmd.Dir = ocitest.RepoRoot()
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		egressOut, egressErr = cmd.CombinedOutput()
+	})
+	if egressErr != nil {
+		t.Fatalf("build hybox-egress: %v\n%s", egressErr, egressOut)
+	}
+	return egressPath
 }
 
 // Image builds the test image archive when missing or stale

@@ -1,6 +1,6 @@
 // Command images builds the two images a cluster needs to run hybox from
 // deploy/kubernetes: the server's (a static hybox and the wasm guests) and
-// hybox-execd's, as OCI image archives in -out, and prints their names
+// hybox-execd's (with hybox-egress), as OCI image archives in -out, and prints their names
 // (make k8s-images). Import them into each node's containerd
 // (ctr -n k8s.io images import FILE) or push them to a registry.
 package main
@@ -9,6 +9,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,32 +31,35 @@ func run(out, guests string) error {
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
 	}
-	ctx := context.Background()
-	for _, img := range []struct {
-		pkg, bin, archive string
-		pack              func(f *os.File, bin string) (string, error)
-	}{
-		{"./cmd/hybox", "hybox", "hybox-server.oci.tar", func(f *os.File, bin string) (string, error) {
-			return k8s.ServerImageArchive(ctx, f, bin, guests)
-		}},
-		{"./cmd/hybox-execd", "hybox-execd", "hybox-execd.oci.tar", func(f *os.File, bin string) (string, error) {
-			return k8s.ExecdImageArchive(ctx, f, bin)
-		}},
-	} {
-		bin := filepath.Join(out, img.bin)
-		fmt.Fprintf(os.Stderr, "k8s-images: building a static %s\n", img.pkg)
-		build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, img.pkg)
+	bins := map[string]string{}
+	for _, b := range []struct{ pkg, name string }{{"./cmd/hybox", "hybox"}, {"./cmd/hybox-execd", "hybox-execd"}, {"./cmd/hybox-egress", "hybox-egress"}} {
+		bins[b.name] = filepath.Join(out, b.name)
+		fmt.Fprintf(os.Stderr, "k8s-images: building a static %s\n", b.pkg)
+		build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bins[b.name], b.pkg)
 		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
 		if err := build.Run(); err != nil {
-			return fmt.Errorf("go build %s: %w", img.pkg, err)
+			return fmt.Errorf("go build %s: %w", b.pkg, err)
 		}
+	}
+	ctx := context.Background()
+	for _, img := range []struct {
+		archive string
+		pack    func(w io.Writer) (string, error)
+	}{
+		{"hybox-server.oci.tar", func(w io.Writer) (string, error) {
+			return k8s.ServerImageArchive(ctx, w, bins["hybox"], guests)
+		}},
+		{"hybox-execd.oci.tar", func(w io.Writer) (string, error) {
+			return k8s.ExecdImageArchive(ctx, w, bins["hybox-execd"], bins["hybox-egress"])
+		}},
+	} {
 		path := filepath.Join(out, img.archive)
 		f, err := os.Create(path)
 		if err != nil {
 			return err
 		}
-		name, err := img.pack(f, bin)
+		name, err := img.pack(f)
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
