@@ -115,8 +115,36 @@ func (s *Server) egressAPI(id string) http.Handler {
 			errdefs.Write(w, err)
 			return
 		}
+		if err := s.refreshEgress(e, rec); err != nil {
+			errdefs.Write(w, err)
+			return
+		}
 		egress.NewAPI(e, egressRecords{s, rec}, rec.Runtime != "wasm").ServeHTTP(w, r)
 	})
+}
+
+// refreshEgress brings the controller of a shared sandbox up to what the
+// store holds before its egress API changes anything: another replica may
+// have changed its policy or vault since this one adopted it, and a change
+// made from a stale vault would drop that replica's credentials.
+func (s *Server) refreshEgress(e *egress.Controller, rec *Record) error {
+	if !s.store.isShared(rec) {
+		return nil // this replica is the only writer
+	}
+	if rec.CredentialProxy && s.opts.VaultKey != nil {
+		b, err := s.store.getEgress(rec)
+		if err != nil {
+			return err
+		}
+		if b != nil {
+			v, _, err := egress.OpenState(*s.opts.VaultKey, rec.ID, b)
+			if err != nil {
+				return err
+			}
+			e.Vault().Replace(v)
+		}
+	}
+	return e.SetPolicy(rec.NetworkPolicy)
 }
 
 // egressRecords keeps the egress API's changes in a sandbox's record and

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -23,6 +24,11 @@ import (
 // replicaConfig is the configuration of one of several servers that share
 // the cluster's state.
 func replicaConfig(env *k8stest.Env, execdImage, guests, name, addr, dataDir, key string) string {
+	// Every replica seals vaults with the same key.
+	vaultKey := filepath.Join(filepath.Dir(dataDir), "vault.key")
+	if err := os.WriteFile(vaultKey, []byte(strings.Repeat("5a", 32)), 0o600); err != nil {
+		panic(err)
+	}
 	return fmt.Sprintf(`addr = %q
 data_dir = %q
 api_key = %q
@@ -40,7 +46,10 @@ execd_image = %q
 shared_state = true
 replica = %q
 lease_duration = "3s"
-`, addr, dataDir, key, guests, env.Kubeconfig, k8stest.Namespace, execdImage, name)
+
+[vault]
+key_file = %q
+`, addr, dataDir, key, guests, env.Kubeconfig, k8stest.Namespace, execdImage, name, vaultKey)
 }
 
 // TestReplicas: two `hybox serve` processes with kubernetes.shared_state
@@ -131,6 +140,40 @@ func TestReplicas(t *testing.T) {
 	}
 	command(b, one, "through-b")
 	command(a, one, "through-a")
+
+	// A credential vault changed through both replicas keeps both changes
+	// (each replica's controller is brought up to the store first).
+	st, body = a.do("POST", "/v1/sandboxes", fmt.Sprintf(`{"image":{"uri":%q},"entrypoint":["sleep","infinity"],"extensions":{"hybox.io/runtime":"runc"},"timeout":600,`+
+		`"networkPolicy":{"defaultAction":"deny","egress":[{"action":"allow","target":"api.example.com"}]},"credentialProxy":{"enabled":true}}`, image))
+	if st != http.StatusAccepted {
+		t.Fatalf("create with a vault: %d %s", st, body)
+	}
+	var vsb struct{ ID string }
+	if err := json.Unmarshal(body, &vsb); err != nil {
+		t.Fatal(err)
+	}
+	vault := "/v1/sandboxes/" + vsb.ID + "/proxy/18080/credential-vault"
+	cred := func(name string) string {
+		return fmt.Sprintf(`{"name":%q,"source":{"type":"inline","value":"secret-%s"}}`, name, name)
+	}
+	if st, body := a.do("POST", vault, `{"credentials":[`+cred("first")+`],"bindings":[{"name":"api","match":{"schemes":["https"],"ports":[443],"hosts":["api.example.com"]},"auth":{"type":"bearer","credential":"first"}}]}`); st != http.StatusCreated {
+		t.Fatalf("create the vault through a: %d %s", st, body)
+	}
+	if st, body := b.do("PATCH", vault, `{"credentials":{"add":[`+cred("second")+`]}}`); st != http.StatusOK {
+		t.Fatalf("add a credential through b: %d %s", st, body)
+	}
+	if st, body := a.do("PATCH", vault, `{"credentials":{"add":[`+cred("third")+`]}}`); st != http.StatusOK {
+		t.Fatalf("add a credential through a again: %d %s", st, body)
+	}
+	for _, p := range []*serveProc{a, b} {
+		st, body := p.do("GET", vault+"/credentials", "")
+		if st != http.StatusOK || !bytes.Contains(body, []byte(`"first"`)) || !bytes.Contains(body, []byte(`"second"`)) || !bytes.Contains(body, []byte(`"third"`)) {
+			t.Fatalf("the vault's credentials after changes through both replicas, read at %s: %d %s", p.base, st, body)
+		}
+	}
+	if st, body := a.do("DELETE", "/v1/sandboxes/"+vsb.ID, ""); st != http.StatusNoContent {
+		t.Fatalf("delete the vaulted sandbox: %d %s", st, body)
+	}
 
 	// The record is a Sandbox resource with the sandbox's state.
 	cr, err := crs.Get(ctx, one, metav1.GetOptions{})
