@@ -70,7 +70,7 @@ func kubernetesRuntimes(ctx context.Context, cfg *config, log *slog.Logger) ([]r
 	// No call hangs on an API server that does not answer.
 	rc.Timeout = kubernetesTimeout
 	c, err := k8s.Open(k8s.Options{Config: rc, Namespace: kc.Namespace, ExecdImage: kc.ExecdImage,
-		DefaultMemoryBytes: mem, UnenforcedEgress: kc.UnenforcedEgress, Logger: log})
+		DefaultMemoryBytes: mem, UnenforcedEgress: kc.UnenforcedEgress, AllowedHostPaths: cfg.AllowedHostPaths, Logger: log})
 	if err != nil {
 		return nil, err
 	}

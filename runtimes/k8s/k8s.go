@@ -9,7 +9,7 @@
 // the cluster's Pod network (true on the node itself and inside the
 // cluster).
 //
-// Not yet: pause and resume (ErrNotSupported), volumes, and the egress
+// Not yet: pause and resume (ErrNotSupported), and the egress
 // policy and vault inside Pods (a sandbox with an egress controller is
 // refused unless Options.UnenforcedEgress says the Pod network has no way
 // out anyway).
@@ -66,6 +66,12 @@ type Options struct {
 	// although this backend does not enforce egress policies yet. Set it
 	// only where Pods have no route off the node (the test cluster).
 	UnenforcedEgress bool
+	// AllowedHostPaths are the directories below which host volumes may
+	// be mounted (the server's allowed_host_paths). They are resolved on
+	// the server's filesystem, which is the node's only when the server
+	// runs on the node: a hostPath volume names a directory of the node
+	// the Pod runs on.
+	AllowedHostPaths []string
 	// Logger; nil = slog.Default().
 	Logger *slog.Logger
 }
@@ -218,8 +224,9 @@ func (r *Runtime) Class() string { return r.class }
 const validateTimeout = 10 * time.Second
 
 // Validate refuses what the backend cannot run: wasm images, ids that are
-// no valid Pod name, volumes, egress it cannot enforce, and a RuntimeClass
-// the cluster lacks (the message names those it has).
+// no valid Pod name, volumes it cannot mount (see checkVolumes), egress it
+// cannot enforce, and a RuntimeClass the cluster lacks (the message names
+// those it has).
 //
 // # Errors
 // runtimes.ErrInvalid or runtimes.ErrNotSupported with a message for the
@@ -228,17 +235,19 @@ func (r *Runtime) Validate(spec runtimes.Spec) error {
 	if strings.HasPrefix(spec.Image, "wasm://") {
 		return fmt.Errorf("%w: %s is a wasm image; use the wasm runtime", runtimes.ErrInvalid, spec.Image)
 	}
-	if errs := validation.IsDNS1123Label(podName(spec.ID)); len(errs) > 0 {
+	// A spec without an id is a pool's template (the server checks it
+	// before any member has an id).
+	if errs := validation.IsDNS1123Label(podName(spec.ID)); spec.ID != "" && len(errs) > 0 {
 		return fmt.Errorf("%w: sandbox id %q makes no Pod name: %s", runtimes.ErrInvalid, spec.ID, strings.Join(errs, "; "))
-	}
-	if len(spec.Volumes) > 0 {
-		return fmt.Errorf("%w: the Kubernetes runtime %q has no volumes yet; use runc or runsc for sandboxes with volumes", runtimes.ErrNotSupported, r.name)
 	}
 	if spec.Egress != nil && !r.c.opts.UnenforcedEgress {
 		return fmt.Errorf("%w: the Kubernetes runtime %q does not enforce egress policies yet; use runc or runsc", runtimes.ErrNotSupported, r.name)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), validateTimeout)
 	defer cancel()
+	if err := r.checkVolumes(ctx, spec); err != nil {
+		return err
+	}
 	return r.c.checkClass(ctx, r.class)
 }
 
@@ -265,8 +274,9 @@ func (r *Runtime) Sweep(ctx context.Context, keep func(id string) bool) error {
 	return errors.Join(errs...)
 }
 
-// Destroy deletes the sandbox's Pod (grace period 0) and its Secret. It
-// succeeds when they are gone already. The kubelet stops the Pod's
+// Destroy deletes the sandbox's Pod (grace period 0) and its Secret, and
+// the PersistentVolumeClaims its create made to go with it (see
+// releaseClaims). It succeeds when they are gone already. The kubelet stops the Pod's
 // containers after the API object is gone.
 //
 // # Errors
@@ -283,5 +293,6 @@ func (r *Runtime) Destroy(ctx context.Context, spec runtimes.Spec) error {
 	if err != nil && !apierrors.IsNotFound(err) {
 		errs = append(errs, fmt.Errorf("%w: delete Secret %s: %v", runtimes.ErrUnavailable, name, err))
 	}
+	errs = append(errs, r.releaseClaims(ctx, spec.ID))
 	return errors.Join(errs...)
 }
