@@ -9,7 +9,9 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
+	"path"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,10 +21,11 @@ import (
 	"github.com/hybox-dev/hybox/ingress"
 	"github.com/hybox-dev/hybox/runtimes"
 	"github.com/hybox-dev/hybox/sdks/go/api"
+	"github.com/hybox-dev/hybox/sdks/go/errdefs"
 )
 
 // tokenHeader carries the sandbox's execd token.
-const tokenHeader = "X-EXECD-ACCESS-TOKEN"
+const tokenHeader = execd.AccessTokenHeader
 
 // Sandbox is one sandbox Pod, reached on its IP.
 type Sandbox struct {
@@ -144,6 +147,11 @@ func (s *Sandbox) Addr() netip.Addr { return s.addr }
 // Execd proxies to hybox-execd on the Pod's IP with the sandbox's token.
 func (s *Sandbox) Execd() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The claim routes of a pool member are the server's alone.
+		if strings.HasPrefix(path.Clean("/"+r.URL.Path)+"/", execd.ClaimPrefix) {
+			errdefs.Write(w, errdefs.New(api.ErrorCodeNOTFOUND, "no execd route %s", r.URL.Path))
+			return
+		}
 		// Without full duplex, net/http discards the rest of the request
 		// body when the response starts, racing the proxy's transport.
 		_ = http.NewResponseController(w).EnableFullDuplex()

@@ -31,8 +31,62 @@ import (
 // in-process, and a delete removes the Pod.
 func TestServeKubernetes(t *testing.T) {
 	env := k8stest.Cluster(t)
-	execdImage := env.ExecdImage(t)
 	image := env.Image(t)
+	do := serveK8s(t, env, "")
+	deadline := time.Now().Add(2 * time.Minute)
+	st, b := do("POST", "/v1/sandboxes", fmt.Sprintf(`{"image":{"uri":%q},"entrypoint":["sleep","infinity"],"extensions":{"hybox.io/runtime":"runc"},"timeout":600}`, image))
+	if st != http.StatusAccepted {
+		t.Fatalf("create: %d %s", st, b)
+	}
+	var sb struct{ ID string }
+	if err := json.Unmarshal(b, &sb); err != nil {
+		t.Fatal(err)
+	}
+	pods := env.Client.CoreV1().Pods(k8stest.Namespace)
+	list, err := pods.List(context.Background(), metav1.ListOptions{LabelSelector: k8s.LabelSandbox + "=" + sb.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 1 {
+		t.Fatalf("%d Pods of sandbox %s, want 1", len(list.Items), sb.ID)
+	}
+	pod := list.Items[0].Name
+	st, b = do("POST", "/v1/sandboxes/"+sb.ID+"/proxy/44772/command", `{"command":"echo from-the-pod; cat /proc/1/cgroup | head -1"}`)
+	if st != http.StatusOK || !bytes.Contains(b, []byte("from-the-pod")) {
+		t.Fatalf("command: %d %s", st, b)
+	}
+
+	st, b = do("POST", "/v1/sandboxes", fmt.Sprintf(`{"image":{"uri":%q},"extensions":{"hybox.io/runtime":"kata"}}`, image))
+	if st != http.StatusBadRequest || !bytes.Contains(b, []byte("runc")) {
+		t.Errorf("a runtime not configured: %d %s, want 400 naming runc", st, b)
+	}
+	st, b = do("POST", "/v1/sandboxes", `{"image":{"uri":"wasm://default"}}`)
+	if st != http.StatusAccepted {
+		t.Errorf("a wasm sandbox beside the Pods: %d %s", st, b)
+	}
+
+	if st, b := do("DELETE", "/v1/sandboxes/"+sb.ID, ""); st != http.StatusNoContent {
+		t.Fatalf("delete: %d %s", st, b)
+	}
+	for {
+		_, err := pods.Get(context.Background(), pod, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			break
+		}
+		if time.Now().After(deadline.Add(time.Minute)) {
+			t.Fatalf("Pod %s is still there after the delete (err %v)", pod, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// serveK8s starts the real hybox binary with [kubernetes] on the test
+// cluster (unenforced egress, the cluster's execd image), with the
+// top-level TOML settings extra, and returns a client of its API; the
+// server is stopped when t ends.
+func serveK8s(t *testing.T, env *k8stest.Env, extra string) func(method, path, body string) (int, []byte) {
+	t.Helper()
+	execdImage := env.ExecdImage(t)
 	repo := ocitest.RepoRoot()
 	guests := filepath.Join(repo, "build", "guests")
 	if _, err := os.Stat(filepath.Join(guests, "quickjs.wasm")); err != nil {
@@ -56,7 +110,7 @@ func TestServeKubernetes(t *testing.T) {
 	toml := fmt.Sprintf(`addr = %q
 data_dir = %q
 api_key = %q
-
+%s
 [wasm]
 guest_dir = %q
 python_ready = 1
@@ -67,7 +121,7 @@ kubeconfig = %q
 namespace = %q
 execd_image = %q
 unenforced_egress = true
-`, addr, filepath.Join(dir, "data"), key, guests, env.Kubeconfig, k8stest.Namespace, execdImage)
+`, addr, filepath.Join(dir, "data"), key, extra, guests, env.Kubeconfig, k8stest.Namespace, execdImage)
 	if err := os.WriteFile(conf, []byte(toml), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -118,48 +172,5 @@ unenforced_egress = true
 		time.Sleep(100 * time.Millisecond)
 	}
 
-	st, b := do("POST", "/v1/sandboxes", fmt.Sprintf(`{"image":{"uri":%q},"entrypoint":["sleep","infinity"],"extensions":{"hybox.io/runtime":"runc"},"timeout":600}`, image))
-	if st != http.StatusAccepted {
-		t.Fatalf("create: %d %s", st, b)
-	}
-	var sb struct{ ID string }
-	if err := json.Unmarshal(b, &sb); err != nil {
-		t.Fatal(err)
-	}
-	pods := env.Client.CoreV1().Pods(k8stest.Namespace)
-	list, err := pods.List(context.Background(), metav1.ListOptions{LabelSelector: k8s.LabelSandbox + "=" + sb.ID})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(list.Items) != 1 {
-		t.Fatalf("%d Pods of sandbox %s, want 1", len(list.Items), sb.ID)
-	}
-	pod := list.Items[0].Name
-	st, b = do("POST", "/v1/sandboxes/"+sb.ID+"/proxy/44772/command", `{"command":"echo from-the-pod; cat /proc/1/cgroup | head -1"}`)
-	if st != http.StatusOK || !bytes.Contains(b, []byte("from-the-pod")) {
-		t.Fatalf("command: %d %s", st, b)
-	}
-
-	st, b = do("POST", "/v1/sandboxes", fmt.Sprintf(`{"image":{"uri":%q},"extensions":{"hybox.io/runtime":"kata"}}`, image))
-	if st != http.StatusBadRequest || !bytes.Contains(b, []byte("runc")) {
-		t.Errorf("a runtime not configured: %d %s, want 400 naming runc", st, b)
-	}
-	st, b = do("POST", "/v1/sandboxes", `{"image":{"uri":"wasm://default"}}`)
-	if st != http.StatusAccepted {
-		t.Errorf("a wasm sandbox beside the Pods: %d %s", st, b)
-	}
-
-	if st, b := do("DELETE", "/v1/sandboxes/"+sb.ID, ""); st != http.StatusNoContent {
-		t.Fatalf("delete: %d %s", st, b)
-	}
-	for {
-		_, err := pods.Get(context.Background(), pod, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			break
-		}
-		if time.Now().After(deadline.Add(time.Minute)) {
-			t.Fatalf("Pod %s is still there after the delete (err %v)", pod, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	return do
 }
