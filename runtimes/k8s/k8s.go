@@ -7,12 +7,14 @@
 // 44772, behind a per-sandbox access token kept in a Secret beside the Pod.
 // hybox reaches execd on the Pod IP, so the server must be able to route to
 // the cluster's Pod network (true on the node itself and inside the
-// cluster).
+// cluster). Host volumes are hostPath volumes, pvc volumes the
+// namespace's PersistentVolumeClaims (volume.go); warm pool members are
+// Pods whose execd waits to be claimed (pool.go).
 //
-// Not yet: pause and resume (ErrNotSupported), and the egress
-// policy and vault inside Pods (a sandbox with an egress controller is
-// refused unless Options.UnenforcedEgress says the Pod network has no way
-// out anyway).
+// Not done: pause and resume (ErrNotSupported: the Kubernetes API cannot
+// freeze a Pod), and the egress policy and vault inside Pods (a sandbox
+// with an egress controller is refused unless Options.UnenforcedEgress
+// says the Pod network has no way out anyway).
 package k8s
 
 import (

@@ -170,13 +170,14 @@ func (s *Sandbox) Proxy(port int) (http.Handler, error) {
 	return ingress.PortProxy(s.spec.ID, s.addr.String(), port, s.r.c.opts.Logger), nil
 }
 
-// Pause is not supported yet: Kubernetes has no pause for a Pod's
-// containers, and the node's freezer is not reachable through the API.
+// Pause is not supported: the Kubernetes API has no way to freeze a Pod's
+// processes (no pause subresource, no freezer in the Pod spec, none in
+// the CRI), and the node's freezer is not reachable through the API.
 //
 // # Errors
 // runtimes.ErrNotSupported.
 func (s *Sandbox) Pause(ctx context.Context) error {
-	return fmt.Errorf("%w: the Kubernetes runtime %q cannot pause a sandbox yet; use runc or runsc for sandboxes that pause", runtimes.ErrNotSupported, s.r.name)
+	return fmt.Errorf("%w: the Kubernetes runtime %q cannot pause a sandbox (Kubernetes cannot freeze a Pod); use runc or runsc for sandboxes that pause", runtimes.ErrNotSupported, s.r.name)
 }
 
 // Resume is not supported yet (see Pause).
