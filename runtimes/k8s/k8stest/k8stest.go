@@ -82,7 +82,6 @@ var (
 // bring down, and none brings down a cluster another is using.
 const sessionLock = "/var/lib/hybox-k8s.session.lock"
 
-
 // script runs scripts/k8s/cluster.sh with args.
 func script(ctx context.Context, args ...string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, filepath.Join(ocitest.RepoRoot(), "scripts", "k8s", "cluster.sh"), args...)
