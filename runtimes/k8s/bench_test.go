@@ -135,10 +135,9 @@ func firstCommand(b *testing.B, sb runtimes.Sandbox) string {
 }
 
 // BenchmarkPoolClaimMany: n members started ahead (clock stopped; n is
-// HYBOX_BENCH_POOL_RUNC, default 100, with 128 MiB each, and
-// HYBOX_BENCH_POOL_GVISOR, default 20, with 256 MiB each: a gVisor Pod
-// takes about 190 MB), then all claimed, 10 at a time, each to the result
-// of its first command. Reports the total time.
+// HYBOX_BENCH_POOL_RUNC, default 100, and HYBOX_BENCH_POOL_GVISOR,
+// default 20; 128 MiB each), then all claimed, 10 at a time, each to the
+// result of its first command. Reports the total time.
 //
 //	go test -trimpath -timeout 30m ./runtimes/k8s -run '^$' -bench PoolClaimMany -benchtime 1x
 func BenchmarkPoolClaimMany(b *testing.B) {
@@ -149,7 +148,7 @@ func BenchmarkPoolClaimMany(b *testing.B) {
 		name, class, envVar string
 		def                 int
 		mem                 int64
-	}{{"runc", "runc", "HYBOX_BENCH_POOL_RUNC", 100, 128 << 20}, {"runsc", "gvisor", "HYBOX_BENCH_POOL_GVISOR", 20, 256 << 20}} {
+	}{{"runc", "runc", "HYBOX_BENCH_POOL_RUNC", 100, 128 << 20}, {"runsc", "gvisor", "HYBOX_BENCH_POOL_GVISOR", 20, 128 << 20}} {
 		b.Run(rc.class, func(b *testing.B) {
 			if !slices.Contains(env.Classes, rc.class) {
 				b.Skipf("no RuntimeClass %s", rc.class)

@@ -190,6 +190,32 @@ func TestServePools(t *testing.T) {
 		return names
 	}
 
+	// What other tests left is theirs: this test's objects are the new ones.
+	managed := func() []string {
+		t.Helper()
+		sel := metav1.ListOptions{LabelSelector: k8s.LabelManagedBy + "=hybox"}
+		pl, err := pods.List(ctx, sel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sl, err := secrets.List(ctx, sel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, p := range pl.Items {
+			names = append(names, "Pod "+p.Name)
+		}
+		for _, s := range sl.Items {
+			names = append(names, "Secret "+s.Name)
+		}
+		return names
+	}
+	before := managed()
+	if len(before) > 0 {
+		t.Logf("objects of other tests before this one: %v", before)
+	}
+
 	// pvc volumes are the namespace's claims, checked before anything is
 	// made: a missing one the create may not make is a 400 with the reason.
 	st, b := do("POST", "/v1/sandboxes", fmt.Sprintf(`{"image":{"uri":%q},"extensions":{"hybox.io/runtime":"runc"},
@@ -294,20 +320,12 @@ func TestServePools(t *testing.T) {
 	deleted = true
 	deadline = time.Now().Add(time.Minute)
 	for {
-		sel := metav1.ListOptions{LabelSelector: k8s.LabelManagedBy + "=hybox"}
-		pl, err := pods.List(ctx, sel)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sl, err := secrets.List(ctx, sel)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(pl.Items)+len(sl.Items) == 0 {
+		left := slices.DeleteFunc(managed(), func(n string) bool { return slices.Contains(before, n) })
+		if len(left) == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d Pods and %d Secrets left after deleting the sandbox and the pool", len(pl.Items), len(sl.Items))
+			t.Fatalf("left after deleting the sandbox and the pool: %v", left)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
