@@ -143,7 +143,7 @@ func firstCommand(b *testing.B, sb runtimes.Sandbox) string {
 func BenchmarkPoolClaimMany(b *testing.B) {
 	c, env, image := clusterB(b)
 	// Limits are requests too: with the default 1 GiB the scheduler fits
-	// 22 members on a 24 GB node, so the members ask for less.
+	// 23 members on a 24 GB node, so the members ask for less.
 	for _, rc := range []struct {
 		name, class, envVar string
 		def                 int
