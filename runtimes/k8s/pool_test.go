@@ -136,13 +136,14 @@ func TestPool(t *testing.T) {
 // TestServePools: `hybox serve --kubernetes` refuses a pvc volume whose
 // claim is missing and may not be made, and keeps warm pools of Pods:
 // a pool made through /v1/pools fills, a create with poolRef gets the
-// member's very Pod with its env, entrypoint and metadata, the pool
+// member's very Pod (re-attached after a server restart) with its env,
+// entrypoint and metadata, the pool
 // refills with a new Pod, and deleting the sandbox and the pool leaves no
 // Pod and no Secret.
 func TestServePools(t *testing.T) {
 	env := k8stest.Cluster(t)
 	image := env.Image(t)
-	do := serveK8s(t, env, "")
+	do, restart := serveK8s(t, env, "")
 	ctx := context.Background()
 	pods := env.Client.CoreV1().Pods(k8stest.Namespace)
 	secrets := env.Client.CoreV1().Secrets(k8stest.Namespace)
@@ -243,6 +244,15 @@ func TestServePools(t *testing.T) {
 	memberPod, err := pods.Get(ctx, members[0], metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// A restart re-attaches the idle member (RestoreWarm): the same Pod is
+	// the pool's again, and no other starts.
+	restart()
+	if p := waitIdle(1); p.Status.Total != 1 {
+		t.Errorf("after a restart: %+v, want the one idle member", p.Status)
+	}
+	if now := idlePods(); len(now) != 1 || now[0] != memberPod.Name {
+		t.Fatalf("idle member Pods after a restart %v, want %s", now, memberPod.Name)
 	}
 
 	st, b = do("POST", "/v1/sandboxes", fmt.Sprintf(`{"image":{"uri":%q},"extensions":{"poolRef":"k8s-runc"},

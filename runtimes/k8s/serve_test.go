@@ -32,7 +32,7 @@ import (
 func TestServeKubernetes(t *testing.T) {
 	env := k8stest.Cluster(t)
 	image := env.Image(t)
-	do := serveK8s(t, env, "")
+	do, _ := serveK8s(t, env, "")
 	deadline := time.Now().Add(2 * time.Minute)
 	st, b := do("POST", "/v1/sandboxes", fmt.Sprintf(`{"image":{"uri":%q},"entrypoint":["sleep","infinity"],"extensions":{"hybox.io/runtime":"runc"},"timeout":600}`, image))
 	if st != http.StatusAccepted {
@@ -82,9 +82,10 @@ func TestServeKubernetes(t *testing.T) {
 
 // serveK8s starts the real hybox binary with [kubernetes] on the test
 // cluster (unenforced egress, the cluster's execd image), with the
-// top-level TOML settings extra, and returns a client of its API; the
-// server is stopped when t ends.
-func serveK8s(t *testing.T, env *k8stest.Env, extra string) func(method, path, body string) (int, []byte) {
+// top-level TOML settings extra, and returns a client of its API and a
+// restart (SIGTERM, then the same configuration again); the server is
+// stopped when t ends.
+func serveK8s(t *testing.T, env *k8stest.Env, extra string) (do func(method, path, body string) (int, []byte), restart func()) {
 	t.Helper()
 	execdImage := env.ExecdImage(t)
 	repo := ocitest.RepoRoot()
@@ -126,13 +127,9 @@ unenforced_egress = true
 		t.Fatal(err)
 	}
 	var log bytes.Buffer
-	srv := exec.Command(bin, "serve", "--config", conf)
-	srv.Stdout, srv.Stderr = &log, &log
-	srv.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
+	base := "http://" + addr
+	var srv *exec.Cmd
+	stop := func() {
 		_ = srv.Process.Signal(syscall.SIGTERM)
 		done := make(chan struct{})
 		go func() { _ = srv.Wait(); close(done) }()
@@ -142,12 +139,35 @@ unenforced_egress = true
 			_ = syscall.Kill(-srv.Process.Pid, syscall.SIGKILL)
 			<-done
 		}
+	}
+	start := func() {
+		t.Helper()
+		srv = exec.Command(bin, "serve", "--config", conf)
+		srv.Stdout, srv.Stderr = &log, &log
+		srv.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := srv.Start(); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			if resp, err := http.Get(base + "/health"); err == nil {
+				resp.Body.Close()
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the server did not answer /health:\n%s", log.String())
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	start()
+	t.Cleanup(func() {
+		stop()
 		if t.Failed() {
 			t.Logf("server log:\n%s", log.String())
 		}
 	})
-	base := "http://" + addr
-	do := func(method, path, body string) (int, []byte) {
+	do = func(method, path, body string) (int, []byte) {
 		t.Helper()
 		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
 		req.Header.Set("OPEN-SANDBOX-API-KEY", key)
@@ -160,17 +180,10 @@ unenforced_egress = true
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, b
 	}
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		if resp, err := http.Get(base + "/health"); err == nil {
-			resp.Body.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the server did not answer /health:\n%s", log.String())
-		}
-		time.Sleep(100 * time.Millisecond)
+	restart = func() {
+		t.Helper()
+		stop()
+		start()
 	}
-
-	return do
+	return do, restart
 }
