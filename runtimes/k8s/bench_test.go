@@ -76,13 +76,17 @@ func pct(d []time.Duration, p int) float64 {
 // BenchmarkPoolClaimFirstCommand: a warm pool member (started with the
 // clock stopped) from its claim (env and entrypoint) to the result of its
 // first command; each iteration is one member, destroyed after the clock
-// stops. Reports claim p50 and first-result p50 and p90.
+// stops; runc-resize claims with other limits than the member's. Reports
+// claim p50 and first-result p50 and p90.
 //
 //	go test -trimpath ./runtimes/k8s -run '^$' -bench PoolClaimFirstCommand -benchtime 10x
 func BenchmarkPoolClaimFirstCommand(b *testing.B) {
 	c, env, image := clusterB(b)
-	for _, rc := range []struct{ name, class string }{{"runc", "runc"}, {"runsc", "gvisor"}} {
-		b.Run(rc.class, func(b *testing.B) {
+	for _, rc := range []struct {
+		name, class, sub string
+		resize           bool
+	}{{"runc", "runc", "runc", false}, {"runsc", "gvisor", "gvisor", false}, {"runc", "runc", "runc-resize", true}} {
+		b.Run(rc.sub, func(b *testing.B) {
 			if !slices.Contains(env.Classes, rc.class) {
 				b.Skipf("no RuntimeClass %s", rc.class)
 			}
@@ -91,10 +95,13 @@ func BenchmarkPoolClaimFirstCommand(b *testing.B) {
 			var claimed, first []time.Duration
 			b.StopTimer()
 			for range b.N {
-				spec := runtimes.Spec{ID: "benchpool-" + suffix(), Image: image}
+				spec := runtimes.Spec{ID: "benchpool-" + suffix(), Image: image, MemoryBytes: 256 << 20}
 				member, err := rt.Warm(ctx, spec)
 				if err != nil {
 					b.Fatal(err)
+				}
+				if rc.resize {
+					spec.MemoryBytes = 300 << 20 // pods/resize, and the kubelet applies it
 				}
 				spec.Env = map[string]string{"GREETING": "hi"}
 				spec.Entrypoint = []string{"sleep", "infinity"}
