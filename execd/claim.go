@@ -7,12 +7,18 @@ package execd
 // that dies mid-claim finds it reserved and destroys it instead of handing
 // it out again), then ClaimPath gives it its environment, files and
 // entrypoint. These routes exist only on the unix socket, which only the
-// server reaches; the server's execd proxy refuses ClaimPrefix.
+// server reaches, or, for a daemon with no unix socket (a Kubernetes
+// Pod's), on TCP behind the daemon's access token; the server's execd
+// proxy refuses ClaimPrefix.
 const (
 	ClaimPrefix    = "/hybox/"
 	ClaimPath      = "/hybox/claim"
 	ClaimBeginPath = "/hybox/claim/begin"
 )
+
+// AccessTokenHeader carries a daemon's access token (Options.AccessToken),
+// which a daemon that is claimed over TCP requires on the claim routes too.
+const AccessTokenHeader = "X-EXECD-ACCESS-TOKEN"
 
 // Claim states (ClaimStatus.State).
 const (

@@ -179,7 +179,7 @@ func (h *Handler) routes() {
 // ServeHTTP checks the access token and dispatches.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.opts.AccessToken != "" {
-		got := r.Header.Get("X-EXECD-ACCESS-TOKEN")
+		got := r.Header.Get(AccessTokenHeader)
 		if subtle.ConstantTimeCompare([]byte(got), []byte(h.opts.AccessToken)) != 1 {
 			writeError(w, CodeUnauthorized, "missing or invalid X-EXECD-ACCESS-TOKEN")
 			return

@@ -154,6 +154,23 @@ type Volume struct {
 	Managed bool `json:"managed,omitempty"`
 	// Claim is the named volume's name (pvc.claimName) when Managed.
 	Claim string `json:"claim,omitempty"`
+	// CreateClaim (pvc.createIfNotExists, default true), DeleteClaim
+	// (pvc.deleteOnSandboxTermination) and Storage (pvc.storage) are for
+	// runtimes that own their claims (ClaimOwner); the server's own named
+	// volumes are kept by the server.
+	CreateClaim bool   `json:"createClaim,omitempty"`
+	DeleteClaim bool   `json:"deleteClaim,omitempty"`
+	Storage     string `json:"storage,omitempty"`
+}
+
+// ClaimOwner is implemented by runtimes whose named (pvc) volumes are the
+// platform's own, such as Kubernetes PersistentVolumeClaims, rather than
+// directories the server manages: the server then keeps no record of
+// them, and the runtime finds, makes (Volume.CreateClaim) and removes
+// (Volume.DeleteClaim) them.
+type ClaimOwner interface {
+	// OwnsClaims reports whether the runtime owns its named volumes.
+	OwnsClaims() bool
 }
 
 // ExitStatus says how a sandbox ended on its own. A user program's exit is

@@ -199,7 +199,9 @@ func (ps *poolSet) define(ctx context.Context, def api.CreatePoolRequest, source
 		}
 	}
 	if ps.s.opts.Images == nil {
-		return nil, errdefs.New(api.ErrorCodeNOTSUPPORTED, "this server runs no container backend (start it with --containerd)")
+		// No image store here (Pods on a cluster: the images are on its
+		// nodes): a missing image is the first member's error (lastError).
+		return p, nil
 	}
 	if _, err := ps.s.opts.Images.Get(ctx, t.Image.URI); err != nil {
 		if errors.Is(err, errdefs.ErrNotFound) {

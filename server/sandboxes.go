@@ -98,6 +98,12 @@ func (s *Server) createSandbox(c *gin.Context) {
 		s.abortErr(c, err)
 		return
 	}
+	if co, ok := rt.(runtimes.ClaimOwner); ok && co.OwnsClaims() {
+		rec.Claims = nil // the runtime's (Kubernetes PVCs), not the server's
+	} else if err := s.checkClaims(rec); err != nil {
+		s.abortErr(c, err)
+		return
+	}
 	// A pool member of this image and runtime makes it a claim; without
 	// an idle one (or when the claim fails) the create is served cold.
 	if p, m := s.pools.take(rec, rt); m != nil {

@@ -42,6 +42,11 @@ type volumeClaim struct {
 	// the volume goes when the sandbox does, if no other uses it.
 	Made        bool `json:"made,omitempty"`
 	DeleteAfter bool `json:"deleteAfter,omitempty"`
+
+	// mustExist (createIfNotExists false) and index (of the volume in the
+	// create) are for checkClaims.
+	mustExist bool
+	index     int
 }
 
 func (s *Server) volumeDir(name string) string { return filepath.Join(s.opts.DataDir, "volumes", name) }
@@ -52,14 +57,27 @@ func (s *Server) namedVolume(i int, v api.Volume) (runtimes.Volume, volumeClaim,
 	if !poolNameRE.MatchString(p.ClaimName) || len(p.ClaimName) > 253 {
 		return runtimes.Volume{}, volumeClaim{}, badRequest(fmt.Sprintf("volumes[%d]: pvc.claimName %q: want lower-case letters, digits and '-' (a DNS label)", i, p.ClaimName))
 	}
-	claim := volumeClaim{Name: p.ClaimName, DeleteAfter: p.DeleteOnSandboxTermination}
-	if p.CreateIfNotExists != nil && !*p.CreateIfNotExists {
-		if _, err := s.store.getVolume(p.ClaimName); err != nil {
-			return runtimes.Volume{}, volumeClaim{}, badRequest(fmt.Sprintf("volumes[%d]: volume %s does not exist and createIfNotExists is false", i, p.ClaimName))
+	create := p.CreateIfNotExists == nil || *p.CreateIfNotExists
+	claim := volumeClaim{Name: p.ClaimName, DeleteAfter: p.DeleteOnSandboxTermination, mustExist: !create, index: i}
+	return runtimes.Volume{Name: v.Name, HostPath: s.volumeDir(p.ClaimName), SubPath: v.SubPath, MountPath: v.MountPath,
+		ReadOnly: v.ReadOnly, Managed: true, Claim: p.ClaimName,
+		CreateClaim: create, DeleteClaim: p.DeleteOnSandboxTermination, Storage: p.Storage}, claim, nil
+}
+
+// checkClaims refuses a named volume that a create may not make
+// (createIfNotExists false) and that does not exist, before anything is
+// made. A runtime that owns its claims (runtimes.ClaimOwner) checks them
+// itself.
+func (s *Server) checkClaims(rec *Record) error {
+	for _, c := range rec.Claims {
+		if !c.mustExist {
+			continue
+		}
+		if _, err := s.store.getVolume(c.Name); err != nil {
+			return badRequest(fmt.Sprintf("volumes[%d]: volume %s does not exist and createIfNotExists is false", c.index, c.Name))
 		}
 	}
-	return runtimes.Volume{Name: v.Name, HostPath: s.volumeDir(p.ClaimName), SubPath: v.SubPath, MountPath: v.MountPath,
-		ReadOnly: v.ReadOnly, Managed: true, Claim: p.ClaimName}, claim, nil
+	return nil
 }
 
 // ensureVolumes makes the named volumes of rec that do not exist yet and

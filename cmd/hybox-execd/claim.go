@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,6 +24,9 @@ type claimer struct {
 	mu          sync.Mutex
 	state       string
 	personalise func(execd.ClaimRequest) error
+	// token, when set, is required on the claim routes too (claims over
+	// TCP; the unix socket is the server's alone).
+	token string
 }
 
 // maxClaimBytes bounds a claim request (it carries the sandbox's CA bundle).
@@ -33,6 +37,10 @@ func (c *claimer) routes(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !strings.HasPrefix(r.URL.Path, execd.ClaimPrefix) {
 			next.ServeHTTP(w, r)
+			return
+		}
+		if c.token != "" && subtle.ConstantTimeCompare([]byte(r.Header.Get(execd.AccessTokenHeader)), []byte(c.token)) != 1 {
+			errdefs.Write(w, errdefs.New(api.ErrorCodeUNAUTHORIZED, "missing or invalid %s", execd.AccessTokenHeader))
 			return
 		}
 		switch {

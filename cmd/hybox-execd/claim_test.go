@@ -139,3 +139,39 @@ func TestUnpooledDaemonRefusesClaim(t *testing.T) {
 		}
 	}
 }
+
+// Claims over TCP (a Pod's daemon, which has no unix socket) need the
+// daemon's access token, like every other route there.
+func TestClaimRoutesNeedToken(t *testing.T) {
+	personalised := 0
+	cl := &claimer{state: execd.ClaimIdle, token: "secret", personalise: func(execd.ClaimRequest) error {
+		personalised++
+		return nil
+	}}
+	h := cl.routes(http.NotFoundHandler())
+	cases := []struct {
+		name, method, path, token string
+		want                      int
+	}{
+		{"state without a token", "GET", execd.ClaimPath, "", http.StatusUnauthorized},
+		{"begin without a token", "POST", execd.ClaimBeginPath, "", http.StatusUnauthorized},
+		{"begin with a wrong token", "POST", execd.ClaimBeginPath, "wrong", http.StatusUnauthorized},
+		{"begin", "POST", execd.ClaimBeginPath, "secret", http.StatusNoContent},
+		{"claim without a token", "POST", execd.ClaimPath, "", http.StatusUnauthorized},
+		{"claim", "POST", execd.ClaimPath, "secret", http.StatusNoContent},
+	}
+	for _, c := range cases {
+		rec := httptest.NewRecorder()
+		req, _ := http.NewRequest(c.method, c.path, strings.NewReader("{}"))
+		if c.token != "" {
+			req.Header.Set(execd.AccessTokenHeader, c.token)
+		}
+		h.ServeHTTP(rec, req)
+		if rec.Code != c.want {
+			t.Fatalf("%s: %d %s, want %d", c.name, rec.Code, rec.Body.String(), c.want)
+		}
+	}
+	if personalised != 1 || cl.state != execd.ClaimClaimed {
+		t.Fatalf("personalised %d times, state %s; want once, claimed", personalised, cl.state)
+	}
+}

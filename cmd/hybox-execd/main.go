@@ -16,6 +16,9 @@
 // With --pooled the container is a warm-pool member: only the unix socket
 // is served and nothing else starts until the server claims it (see
 // execd.ClaimPath), which gives it its environment, files and entrypoint.
+// A pooled daemon without a unix socket (a Kubernetes Pod, which the
+// server reaches on its IP only) serves TCP at once, claim routes
+// included, and requires its access token on every route.
 //
 // --install-to copies the binary itself to PATH and exits: the init
 // container of a Kubernetes sandbox (runtimes/k8s) runs it from the
@@ -82,7 +85,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.stopGrace, "stop-grace", 10*time.Second, "how long the entrypoint has to exit after SIGTERM")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&c.warmShell, "warm-shell", true, "keep a bash started ahead of time for the next command (saves a fork+exec per command; false = every command is a new bash -c)")
-	fs.BoolVar(&c.pooled, "pooled", false, "start as a warm-pool member: serve the unix socket only and wait to be claimed before listening on TCP and starting an entrypoint")
+	fs.BoolVar(&c.pooled, "pooled", false, "start as a warm-pool member: serve the unix socket only and wait to be claimed before listening on TCP and starting an entrypoint (without --listen-unix: serve TCP, claim routes included, behind the access token)")
 	fs.StringVar(&c.installTo, "install-to", "", "copy this binary to PATH and exit (an init container's job)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -94,8 +97,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if c.listenUnix == "" && c.listenTCP == "" {
 		return c, errors.New("nothing to listen on: set --listen-unix or --listen-tcp")
 	}
-	if c.pooled && c.listenUnix == "" {
-		return c, errors.New("--pooled needs --listen-unix: a pool member is claimed over its unix socket")
+	if c.pooled && c.listenUnix == "" && (c.listenTCP == "" || c.tokenFile == "") {
+		return c, errors.New("--pooled needs --listen-unix, or --listen-tcp with --access-token-file: a pool member is claimed over its unix socket, or over TCP behind its token")
 	}
 	if c.pooled && len(c.entrypoint) > 0 {
 		return c, errors.New("--pooled takes no entrypoint: the claim gives it")
@@ -207,9 +210,12 @@ func serve(cfg config, log *slog.Logger) error {
 			}
 		}()
 	}
-	// startTCP listens on the TCP addresses: at once, or when claimed.
-	startTCP := func() error {
-		if cfg.listenTCP != "" {
+	// claimOverTCP: a pooled daemon with no unix socket is claimed on TCP.
+	claimOverTCP := cfg.pooled && cfg.listenUnix == ""
+	// startTCP listens on the TCP addresses: at once, or when claimed
+	// (then only the interpreter port, when claims came over TCP).
+	startTCP := func(claimed bool) error {
+		if cfg.listenTCP != "" && !(claimed && claimOverTCP) {
 			l, err := net.Listen("tcp", cfg.listenTCP)
 			if err != nil {
 				return fmt.Errorf("listen on %s: %w", cfg.listenTCP, err)
@@ -242,7 +248,7 @@ func serve(cfg config, log *slog.Logger) error {
 		}
 		env := mergeEnv(os.Environ(), req.Env)
 		backend.SetEnv(env)
-		if err := startTCP(); err != nil {
+		if err := startTCP(true); err != nil {
 			return err
 		}
 		if len(req.Entrypoint) > 0 {
@@ -263,6 +269,14 @@ func serve(cfg config, log *slog.Logger) error {
 		log.Info("claimed", "env", len(req.Env), "files", len(req.Files), "entrypoint", req.Entrypoint)
 		return nil
 	}
+	if claimOverTCP {
+		// The claim routes behind the token, like the rest of the API.
+		cl.token = token
+		srv.Handler = cl.routes(handler)
+		if err := startTCP(false); err != nil {
+			return err
+		}
+	}
 	if cfg.listenUnix != "" {
 		l, err := listenUnix(cfg.listenUnix)
 		if err != nil {
@@ -273,7 +287,7 @@ func serve(cfg config, log *slog.Logger) error {
 		serveOn(unixSrv, l)
 	}
 	if !cfg.pooled {
-		if err := startTCP(); err != nil {
+		if err := startTCP(false); err != nil {
 			return err
 		}
 		if len(cfg.entrypoint) > 0 {

@@ -252,6 +252,10 @@ func TestFlags(t *testing.T) {
 		{name: "entrypoint after --", args: []string{"--listen-tcp", "", "--", "sleep", "--flag"}, entry: []string{"sleep", "--flag"}},
 		{name: "nothing to listen on", args: []string{"--listen-tcp", "", "--listen-unix", ""}, wantErr: true},
 		{name: "unknown flag", args: []string{"--bogus"}, wantErr: true},
+		{name: "pooled on the unix socket", args: []string{"--pooled", "--listen-tcp", ""}},
+		{name: "pooled on TCP behind a token", args: []string{"--pooled", "--listen-unix", "", "--access-token-file", "/t"}},
+		{name: "pooled on TCP without a token", args: []string{"--pooled", "--listen-unix", ""}, wantErr: true},
+		{name: "pooled with an entrypoint", args: []string{"--pooled", "--", "sleep"}, wantErr: true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

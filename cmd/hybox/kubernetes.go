@@ -136,7 +136,8 @@ func kubernetesRuntimes(ctx context.Context, cfg *config, log *slog.Logger) (*k8
 		replica = replicaName(kc)
 	}
 	c, err := k8s.Open(k8s.Options{Config: rc, Namespace: kc.Namespace, ExecdImage: kc.ExecdImage,
-		DefaultMemoryBytes: mem, IngressFrom: from, DNSUpstreams: kc.DNSUpstreams, Replica: replica, Logger: log})
+		DefaultMemoryBytes: mem, IngressFrom: from, DNSUpstreams: kc.DNSUpstreams, AllowedHostPaths: cfg.AllowedHostPaths,
+		Replica: replica, Logger: log})
 	if err != nil {
 		return nil, nil, err
 	}

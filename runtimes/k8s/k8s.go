@@ -7,15 +7,18 @@
 // 44772, behind a per-sandbox access token kept in a Secret beside the Pod.
 // hybox reaches execd on the Pod IP, so the server must be able to route to
 // the cluster's Pod network (true on the node itself and inside the
-// cluster).
+// cluster). Host volumes are hostPath volumes, pvc volumes the
+// namespace's PersistentVolumeClaims (volume.go); warm pool members are
+// Pods whose execd waits to be claimed (pool.go).
 //
 // A sandbox with an egress controller gets hybox-egress (egress.go): an
 // init container that installs the firewall and a native sidecar that
 // serves the DNS and credential proxies and takes every change of policy
 // and vault from the server, all in the Pod's network namespace.
 //
-// Not yet: pause and resume (ErrNotSupported), volumes, and egress policies
-// on gVisor (ErrNotSupported: its netstack has no nftables).
+// Not done: pause and resume (ErrNotSupported: the Kubernetes API cannot
+// freeze a Pod), and egress policies on gVisor (ErrNotSupported: its
+// netstack has no nftables).
 package k8s
 
 import (
@@ -82,6 +85,12 @@ type Options struct {
 	// several sharing the cluster (annotation hybox.dev/replica on every
 	// Pod), for SweepReplicas.
 	Replica string
+	// AllowedHostPaths are the directories below which host volumes may
+	// be mounted (the server's allowed_host_paths). They are resolved on
+	// the server's filesystem, which is the node's only when the server
+	// runs on the node: a hostPath volume names a directory of the node
+	// the Pod runs on.
+	AllowedHostPaths []string
 	// Logger; nil = slog.Default().
 	Logger *slog.Logger
 }
@@ -253,8 +262,9 @@ func (r *Runtime) Class() string { return r.class }
 const validateTimeout = 10 * time.Second
 
 // Validate refuses what the backend cannot run: wasm images, ids that are
-// no valid Pod name, volumes, an egress policy or vault on gVisor, and a
-// RuntimeClass the cluster lacks (the message names those it has).
+// no valid Pod name, volumes it cannot mount (see checkVolumes), an egress
+// policy or vault on gVisor, and a RuntimeClass the cluster lacks (the
+// message names those it has).
 //
 // # Errors
 // runtimes.ErrInvalid or runtimes.ErrNotSupported with a message for the
@@ -263,14 +273,16 @@ func (r *Runtime) Validate(spec runtimes.Spec) error {
 	if strings.HasPrefix(spec.Image, "wasm://") {
 		return fmt.Errorf("%w: %s is a wasm image; use the wasm runtime", runtimes.ErrInvalid, spec.Image)
 	}
-	if errs := validation.IsDNS1123Label(podName(spec.ID)); len(errs) > 0 {
+	// A spec without an id is a pool's template (the server checks it
+	// before any member has an id).
+	if errs := validation.IsDNS1123Label(podName(spec.ID)); spec.ID != "" && len(errs) > 0 {
 		return fmt.Errorf("%w: sandbox id %q makes no Pod name: %s", runtimes.ErrInvalid, spec.ID, strings.Join(errs, "; "))
-	}
-	if len(spec.Volumes) > 0 {
-		return fmt.Errorf("%w: the Kubernetes runtime %q has no volumes yet; use runc or runsc for sandboxes with volumes", runtimes.ErrNotSupported, r.name)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), validateTimeout)
 	defer cancel()
+	if err := r.checkVolumes(ctx, spec); err != nil {
+		return err
+	}
 	if err := r.c.checkClass(ctx, r.class); err != nil {
 		return err
 	}
@@ -311,8 +323,9 @@ func (r *Runtime) SweepReplicas(ctx context.Context, keep func(id, maker string)
 	return errors.Join(errs...)
 }
 
-// Destroy deletes the sandbox's Pod (grace period 0) and its Secret. It
-// succeeds when they are gone already. The kubelet stops the Pod's
+// Destroy deletes the sandbox's Pod (grace period 0) and its Secret, and
+// the PersistentVolumeClaims its create made to go with it (see
+// releaseClaims). It succeeds when they are gone already. The kubelet stops the Pod's
 // containers after the API object is gone.
 //
 // # Errors
@@ -329,5 +342,6 @@ func (r *Runtime) Destroy(ctx context.Context, spec runtimes.Spec) error {
 	if err != nil && !apierrors.IsNotFound(err) {
 		errs = append(errs, fmt.Errorf("%w: delete Secret %s: %v", runtimes.ErrUnavailable, name, err))
 	}
+	errs = append(errs, r.releaseClaims(ctx, spec.ID))
 	return errors.Join(errs...)
 }

@@ -2,6 +2,7 @@ package k8s_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -91,13 +92,36 @@ func TestBadInput(t *testing.T) {
 		}
 		assertGone(t, env, spec.ID)
 	})
-	t.Run("Volumes", func(t *testing.T) {
+	t.Run("HostVolumeNotAllowed", func(t *testing.T) {
+		// This cluster's backend has no allowed host paths.
 		spec := runtimes.Spec{ID: "volumes-" + suffix(), Image: image,
 			Volumes: []runtimes.Volume{{Name: "v", HostPath: "/tmp", MountPath: "/data"}}}
-		if err := c.Runtime("runc", "runc").Validate(spec); !errors.Is(err, runtimes.ErrNotSupported) {
-			t.Fatalf("validate: %v, want ErrNotSupported", err)
+		err := c.Runtime("runc", "runc").Validate(spec)
+		if !errors.Is(err, runtimes.ErrInvalid) || !strings.Contains(err.Error(), "not allowed") {
+			t.Fatalf("validate: %v, want ErrInvalid saying host volumes are not allowed", err)
 		}
 	})
+}
+
+// command runs cmd in sb through its execd API and returns its stdout.
+func command(t *testing.T, sb runtimes.Sandbox, cmd string) string {
+	t.Helper()
+	body, _ := json.Marshal(map[string]string{"command": cmd})
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodPost, "/command", strings.NewReader(string(body)))
+	req.Header.Set("Content-Type", "application/json")
+	sb.Execd().ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("command %q: %d %s", cmd, rec.Code, rec.Body)
+	}
+	var out strings.Builder
+	for _, line := range strings.Split(rec.Body.String(), "\n") {
+		var ev struct{ Type, Text string }
+		if json.Unmarshal([]byte(line), &ev) == nil && ev.Type == "stdout" {
+			out.WriteString(ev.Text)
+		}
+	}
+	return strings.TrimSpace(out.String())
 }
 
 func suffix() string { return strconv.FormatInt(time.Now().UnixNano(), 36) }

@@ -52,6 +52,27 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Sand
 	if err := r.Validate(spec); err != nil {
 		return nil, err
 	}
+	if err := r.addVolumes(spec, r.pod(spec, nil)); err != nil {
+		return nil, err // checked before any claim is made
+	}
+	undoClaims, err := r.ensureClaims(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	sb, err := r.start(ctx, spec, func(eg *podEgress) (*corev1.Pod, error) {
+		p := r.pod(spec, eg)
+		return p, r.addVolumes(spec, p)
+	})
+	if err != nil {
+		undoClaims()
+		return nil, err // not a nil *Sandbox in an interface
+	}
+	return sb, nil
+}
+
+// start makes the sandbox's Secret and the Pod build returns for the
+// sandbox's egress agent (nil: none), and waits for its execd (see Create).
+func (r *Runtime) start(ctx context.Context, spec runtimes.Spec, build func(*podEgress) (*corev1.Pod, error)) (*Sandbox, error) {
 	begin := time.Now()
 	cu := cleanup.Make(func() {
 		if err := r.Destroy(context.WithoutCancel(ctx), spec); err != nil {
@@ -84,7 +105,11 @@ func (r *Runtime) Create(ctx context.Context, spec runtimes.Spec) (runtimes.Sand
 	if err != nil {
 		return nil, r.apiError("create Secret "+name, err)
 	}
-	pod, err := r.c.client.CoreV1().Pods(ns).Create(ctx, r.pod(spec, eg), metav1.CreateOptions{})
+	podSpec, err := build(eg)
+	if err != nil {
+		return nil, err
+	}
+	pod, err := r.c.client.CoreV1().Pods(ns).Create(ctx, podSpec, metav1.CreateOptions{})
 	if err != nil {
 		return nil, r.apiError("create Pod "+name, err)
 	}
@@ -193,13 +218,40 @@ func (r *Runtime) annotations() map[string]string {
 	return a
 }
 
+// limits are the container limits of spec.
+func (r *Runtime) limits(spec runtimes.Spec) corev1.ResourceList {
+	l := corev1.ResourceList{corev1.ResourceMemory: *resource.NewQuantity(r.memory(spec), resource.BinarySI)}
+	if spec.CPUMillis > 0 {
+		l[corev1.ResourceCPU] = *resource.NewMilliQuantity(spec.CPUMillis, resource.DecimalSI)
+	}
+	return l
+}
+
+// memory is the memory limit spec gets.
+func (r *Runtime) memory(spec runtimes.Spec) int64 {
+	if spec.MemoryBytes > 0 {
+		return spec.MemoryBytes
+	}
+	return r.c.opts.DefaultMemoryBytes
+}
+
+// execdArgs are hybox-execd's flags in a Pod: TCP on the Pod's IP behind
+// the token; pooled, it waits there for its claim (see execd.ClaimPath).
+func execdArgs(pooled bool) []string {
+	args := []string{"--listen-unix", "", "--listen-tcp", fmt.Sprintf("0.0.0.0:%d", ExecdPort),
+		"--access-token-file", tokenDir + "/" + tokenKey}
+	if pooled {
+		args = append(args, "--pooled")
+	}
+	return args
+}
+
 // pod is the sandbox's Pod: an init container that copies hybox-execd into
 // a shared volume, and the workload container, whose command is that
 // execd (it starts the entrypoint). Images are never pulled: they must be
 // on the node. No service account token, no service links, the node's DNS.
 func (r *Runtime) pod(spec runtimes.Spec, eg *podEgress) *corev1.Pod {
-	args := []string{"--listen-unix", "", "--listen-tcp", fmt.Sprintf("0.0.0.0:%d", ExecdPort),
-		"--access-token-file", tokenDir + "/" + tokenKey, "--"}
+	args := append(execdArgs(false), "--")
 	args = append(args, spec.Entrypoint...)
 	keys := make([]string, 0, len(spec.Env))
 	for k := range spec.Env {
@@ -210,14 +262,7 @@ func (r *Runtime) pod(spec runtimes.Spec, eg *podEgress) *corev1.Pod {
 	for _, k := range keys {
 		env = append(env, corev1.EnvVar{Name: k, Value: spec.Env[k]})
 	}
-	mem := spec.MemoryBytes
-	if mem <= 0 {
-		mem = r.c.opts.DefaultMemoryBytes
-	}
-	limits := corev1.ResourceList{corev1.ResourceMemory: *resource.NewQuantity(mem, resource.BinarySI)}
-	if spec.CPUMillis > 0 {
-		limits[corev1.ResourceCPU] = *resource.NewMilliQuantity(spec.CPUMillis, resource.DecimalSI)
-	}
+	limits := r.limits(spec)
 	no := false
 	tokenMode := int32(0o400)
 	class := r.class

@@ -9,7 +9,9 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
+	"path"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,10 +22,11 @@ import (
 	"github.com/hybox-dev/hybox/policy/egress"
 	"github.com/hybox-dev/hybox/runtimes"
 	"github.com/hybox-dev/hybox/sdks/go/api"
+	"github.com/hybox-dev/hybox/sdks/go/errdefs"
 )
 
 // tokenHeader carries the sandbox's execd token.
-const tokenHeader = "X-EXECD-ACCESS-TOKEN"
+const tokenHeader = execd.AccessTokenHeader
 
 // Sandbox is one sandbox Pod, reached on its IP.
 type Sandbox struct {
@@ -146,6 +149,11 @@ func (s *Sandbox) Addr() netip.Addr { return s.addr }
 // Execd proxies to hybox-execd on the Pod's IP with the sandbox's token.
 func (s *Sandbox) Execd() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The claim routes of a pool member are the server's alone.
+		if strings.HasPrefix(path.Clean("/"+r.URL.Path)+"/", execd.ClaimPrefix) {
+			errdefs.Write(w, errdefs.New(api.ErrorCodeNOTFOUND, "no execd route %s", r.URL.Path))
+			return
+		}
 		// Without full duplex, net/http discards the rest of the request
 		// body when the response starts, racing the proxy's transport.
 		_ = http.NewResponseController(w).EnableFullDuplex()
@@ -164,13 +172,14 @@ func (s *Sandbox) Proxy(port int) (http.Handler, error) {
 	return ingress.PortProxy(s.spec.ID, s.addr.String(), port, s.r.c.opts.Logger), nil
 }
 
-// Pause is not supported yet: Kubernetes has no pause for a Pod's
-// containers, and the node's freezer is not reachable through the API.
+// Pause is not supported: the Kubernetes API has no way to freeze a Pod's
+// processes (no pause subresource, no freezer in the Pod spec, none in
+// the CRI), and the node's freezer is not reachable through the API.
 //
 // # Errors
 // runtimes.ErrNotSupported.
 func (s *Sandbox) Pause(ctx context.Context) error {
-	return fmt.Errorf("%w: the Kubernetes runtime %q cannot pause a sandbox yet; use runc or runsc for sandboxes that pause", runtimes.ErrNotSupported, s.r.name)
+	return fmt.Errorf("%w: the Kubernetes runtime %q cannot pause a sandbox (Kubernetes cannot freeze a Pod); use runc or runsc for sandboxes that pause", runtimes.ErrNotSupported, s.r.name)
 }
 
 // Resume is not supported yet (see Pause).

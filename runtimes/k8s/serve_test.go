@@ -173,29 +173,9 @@ func (p *serveProc) do(method, path, body string, hdr ...string) (int, []byte) {
 // in-process, and a delete removes the Pod.
 func TestServeKubernetes(t *testing.T) {
 	env := k8stest.Cluster(t)
-	execdImage := env.ExecdImage(t)
 	image := env.Image(t)
-	_, guests := hyboxBinary(t)
-	dir := t.TempDir()
-	addr := freeAddr(t)
-	const key = "k8s-serve-test"
-	srv := startServe(t, dir, "hybox", addr, key, fmt.Sprintf(`addr = %q
-data_dir = %q
-api_key = %q
-
-[wasm]
-guest_dir = %q
-python_ready = 1
-
-[kubernetes]
-enabled = true
-kubeconfig = %q
-namespace = %q
-execd_image = %q
-`, addr, filepath.Join(dir, "data"), key, guests, env.Kubeconfig, k8stest.Namespace, execdImage))
-	do := srv.do
+	do, _ := serveK8s(t, env, "")
 	deadline := time.Now().Add(2 * time.Minute)
-
 	st, b := do("POST", "/v1/sandboxes", fmt.Sprintf(`{"image":{"uri":%q},"entrypoint":["sleep","infinity"],"extensions":{"hybox.io/runtime":"runc"},"timeout":600}`, image))
 	if st != http.StatusAccepted {
 		t.Fatalf("create: %d %s", st, b)
@@ -254,4 +234,43 @@ execd_image = %q
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// serveK8s starts the real hybox binary with [kubernetes] on the test
+// cluster (unenforced egress, the cluster's execd image), with the
+// top-level TOML settings extra, and returns a client of its API and a
+// restart (SIGTERM, then the same configuration again); the server is
+// stopped when t ends.
+func serveK8s(t *testing.T, env *k8stest.Env, extra string) (do func(method, path, body string) (int, []byte), restart func()) {
+	t.Helper()
+	execdImage := env.ExecdImage(t)
+	_, guests := hyboxBinary(t)
+	dir := t.TempDir()
+	addr := freeAddr(t)
+	const key = "k8s-serve-test"
+	toml := fmt.Sprintf(`addr = %q
+data_dir = %q
+api_key = %q
+%s
+[wasm]
+guest_dir = %q
+python_ready = 1
+
+[kubernetes]
+enabled = true
+kubeconfig = %q
+namespace = %q
+execd_image = %q
+`, addr, filepath.Join(dir, "data"), key, extra, guests, env.Kubeconfig, k8stest.Namespace, execdImage)
+	srv := startServe(t, dir, "hybox", addr, key, toml)
+	do = func(method, path, body string) (int, []byte) {
+		t.Helper()
+		return srv.do(method, path, body)
+	}
+	restart = func() {
+		t.Helper()
+		srv.stop()
+		srv = startServe(t, dir, "hybox", addr, key, toml)
+	}
+	return do, restart
 }
