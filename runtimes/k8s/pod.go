@@ -227,6 +227,28 @@ func (r *Runtime) limits(spec runtimes.Spec) corev1.ResourceList {
 	return l
 }
 
+// cpuRequestShare is the part of its CPU limit a sandbox's Pod requests:
+// sandboxes mostly wait (for a model, for their user), so the scheduler
+// places them by a tenth of what they may use at once, while the limit
+// still bounds each one. Memory is requested in full: it is not
+// overcommitted.
+const cpuRequestShare = 10
+
+// resources are a sandbox container's requests and limits for limits:
+// the memory limit requested in full, a tenth of the CPU limit (at least
+// 1m). Requests never equal every limit, so the Pod's QoS class is
+// Burstable whatever the limits, and a resize keeps it.
+func resources(limits corev1.ResourceList) corev1.ResourceRequirements {
+	req := corev1.ResourceList{}
+	if m, ok := limits[corev1.ResourceMemory]; ok {
+		req[corev1.ResourceMemory] = m.DeepCopy()
+	}
+	if c, ok := limits[corev1.ResourceCPU]; ok {
+		req[corev1.ResourceCPU] = *resource.NewMilliQuantity(max(c.MilliValue()/cpuRequestShare, 1), resource.DecimalSI)
+	}
+	return corev1.ResourceRequirements{Limits: limits, Requests: req}
+}
+
 // memory is the memory limit spec gets.
 func (r *Runtime) memory(spec runtimes.Spec) int64 {
 	if spec.MemoryBytes > 0 {
@@ -302,7 +324,7 @@ func (r *Runtime) pod(spec runtimes.Spec, eg *podEgress) *corev1.Pod {
 				Command:         []string{execdInPod},
 				Args:            args,
 				Env:             env,
-				Resources:       corev1.ResourceRequirements{Limits: limits},
+				Resources:       resources(limits),
 				VolumeMounts: []corev1.VolumeMount{
 					{Name: "hybox-execd", MountPath: execdDir, ReadOnly: true},
 					{Name: "hybox-token", MountPath: tokenDir, ReadOnly: true},

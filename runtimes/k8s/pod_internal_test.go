@@ -60,6 +60,14 @@ func TestPod(t *testing.T) {
 	if cpu := c.Resources.Limits[corev1.ResourceCPU]; cpu.MilliValue() != 500 {
 		t.Fatalf("cpu limit %v", cpu.String())
 	}
+	// The scheduler places a sandbox by its whole memory and a tenth of
+	// its CPU.
+	if m := c.Resources.Requests[corev1.ResourceMemory]; m.Cmp(resource.MustParse("256Mi")) != 0 {
+		t.Fatalf("memory request %v, want the limit", m.String())
+	}
+	if cpu := c.Resources.Requests[corev1.ResourceCPU]; cpu.MilliValue() != 50 {
+		t.Fatalf("cpu request %v, want 50m (a tenth of the limit)", cpu.String())
+	}
 	if *c.SecurityContext.AllowPrivilegeEscalation || !slices.Contains(c.SecurityContext.Capabilities.Drop, "NET_RAW") {
 		t.Fatalf("security context %+v", c.SecurityContext)
 	}

@@ -189,9 +189,9 @@ func (r *Runtime) resize(ctx context.Context, spec runtimes.Spec) error {
 	want := r.limits(spec)
 	for i := range pod.Spec.Containers {
 		if c := &pod.Spec.Containers[i]; c.Name == containerName {
-			// Requests follow the limits, as the API server defaults them
-			// at create: the Pod's QoS class may not change.
-			c.Resources = corev1.ResourceRequirements{Limits: want, Requests: want.DeepCopy()}
+			// Requests follow the limits as at create (resources): the
+			// Pod's QoS class may not change.
+			c.Resources = resources(want)
 		}
 	}
 	pod, err = pods.UpdateResize(ctx, name, pod, metav1.UpdateOptions{})
