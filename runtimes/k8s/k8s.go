@@ -298,7 +298,8 @@ func (r *Runtime) Validate(spec runtimes.Spec) error {
 func podName(id string) string { return "hybox-" + id }
 
 // Sweep deletes the Pods and Secrets of this runtime whose sandbox id keep
-// rejects (a crash during create leaves them).
+// rejects (a crash during create leaves them), and the lone Secrets of
+// sandboxes that have no Pod.
 func (r *Runtime) Sweep(ctx context.Context, keep func(id string) bool) error {
 	return r.SweepReplicas(ctx, func(id, _ string) bool { return keep(id) })
 }
@@ -312,13 +313,35 @@ func (r *Runtime) SweepReplicas(ctx context.Context, keep func(id, maker string)
 		return fmt.Errorf("%w: list Pods: %v", runtimes.ErrUnavailable, err)
 	}
 	var errs []error
+	withPod := map[string]bool{}
 	for _, p := range pods.Items {
 		id := p.Labels[LabelSandbox]
+		withPod[id] = true
 		if id == "" || p.Annotations[AnnotationRuntime] != r.name || keep(id, p.Annotations[AnnotationReplica]) {
 			continue
 		}
 		r.c.opts.Logger.Info("sweeping a Pod with no sandbox record", "pod", p.Name)
 		errs = append(errs, r.Destroy(ctx, runtimes.Spec{ID: id}))
+	}
+	// A Secret whose Pod was never made: a create that failed, or whose
+	// Secret landed after its clean-up had deleted it (a cancelled request
+	// the API server still carried out). Once its Pod exists the Secret is
+	// the Pod's (an owner reference), so only Pod-less ones are looked at.
+	secrets, err := r.c.client.CoreV1().Secrets(r.c.opts.Namespace).List(ctx, sel)
+	if err != nil {
+		return errors.Join(append(errs, fmt.Errorf("%w: list Secrets: %v", runtimes.ErrUnavailable, err))...)
+	}
+	for _, sec := range secrets.Items {
+		id := sec.Labels[LabelSandbox]
+		if id == "" || withPod[id] || sec.Name != podName(id) || sec.Annotations[AnnotationRuntime] != r.name ||
+			len(sec.OwnerReferences) > 0 || keep(id, sec.Annotations[AnnotationReplica]) {
+			continue
+		}
+		r.c.opts.Logger.Info("sweeping a Secret whose sandbox has no Pod and no record", "secret", sec.Name)
+		err := r.c.client.CoreV1().Secrets(r.c.opts.Namespace).Delete(ctx, sec.Name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("%w: delete Secret %s: %v", runtimes.ErrUnavailable, sec.Name, err))
+		}
 	}
 	return errors.Join(errs...)
 }

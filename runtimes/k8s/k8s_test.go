@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/hybox-dev/hybox/execd"
@@ -203,10 +204,21 @@ func TestSandbox(t *testing.T) {
 			t.Fatal(err)
 		}
 		_ = sb.Close(ctx)
-		if err := rt.Sweep(ctx, func(id string) bool { return id != swept.ID }); err != nil {
+		// A Secret whose Pod was never made (its create's request was
+		// cancelled after the API server took it), as the backend labels it.
+		lone := newSpec("lone")
+		if _, err := env.Client.CoreV1().Secrets(k8stest.Namespace).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{
+			Name:        "hybox-" + lone.ID,
+			Labels:      map[string]string{k8s.LabelManagedBy: "hybox", k8s.LabelSandbox: lone.ID},
+			Annotations: map[string]string{k8s.AnnotationRuntime: "runc"},
+		}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := rt.Sweep(ctx, func(id string) bool { return id != swept.ID && id != lone.ID }); err != nil {
 			t.Fatal(err)
 		}
 		assertGone(t, env, swept.ID)
+		assertGone(t, env, lone.ID)
 		if _, err := rt.Restore(ctx, kept); err != nil {
 			t.Fatalf("the kept sandbox: %v", err)
 		}
