@@ -81,8 +81,7 @@ func (s *Server) renewOnAccess(rec *Record) {
 		delete(s.renew.inFlight, rec.ID)
 		s.renew.mu.Unlock()
 	}()
-	m, _ := s.locks.LoadOrStore(rec.ID, &sync.Mutex{})
-	mu := m.(*sync.Mutex)
+	mu := s.locks.of(rec.ID)
 	if !mu.TryLock() {
 		return // a lifecycle operation (delete, pause, renew) is under way
 	}

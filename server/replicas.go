@@ -7,7 +7,6 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/hybox-dev/hybox/ingress"
@@ -39,17 +38,6 @@ func (s *Server) routeKey(ctx context.Context) ([]byte, error) {
 		return nil, fmt.Errorf("route key from the shared store: %w", err)
 	}
 	return b, nil
-}
-
-// adoptLocks serialises adoptions per sandbox (not s.lock: the lifecycle
-// handlers that adopt already hold that one).
-type adoptLocks struct{ m sync.Map }
-
-func (a *adoptLocks) lock(id string) func() {
-	m, _ := a.m.LoadOrStore(id, &sync.Mutex{})
-	mu := m.(*sync.Mutex)
-	mu.Lock()
-	return mu.Unlock
 }
 
 // liveOf returns rec's live sandbox, adopting a shared one this replica

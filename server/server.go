@@ -146,11 +146,12 @@ type Server struct {
 	// creatingOn counts the creates in flight that mount each named volume.
 	creatingOn map[string]int
 	// locks serialises lifecycle operations per sandbox.
-	locks sync.Map // id → *sync.Mutex
+	locks keyedLocks
 	// renew dedupes renewals on access in flight (renew.go).
 	renew renewer
-	// adopting serialises adoptions of shared sandboxes (replicas.go).
-	adopting adoptLocks
+	// adopting serialises adoptions of shared sandboxes (replicas.go), apart
+	// from locks: the lifecycle handlers that adopt already hold those.
+	adopting keyedLocks
 
 	// pools are the warm pools of container sandboxes.
 	pools *poolSet
@@ -242,9 +243,19 @@ func (s *Server) Close(ctx context.Context) error {
 	return s.store.close()
 }
 
-func (s *Server) lock(id string) func() {
-	m, _ := s.locks.LoadOrStore(id, &sync.Mutex{})
-	mu := m.(*sync.Mutex)
+func (s *Server) lock(id string) func() { return s.locks.lock(id) }
+
+// keyedLocks is a mutex per key (a sandbox id).
+type keyedLocks struct{ m sync.Map } // id → *sync.Mutex
+
+func (k *keyedLocks) of(id string) *sync.Mutex {
+	m, _ := k.m.LoadOrStore(id, &sync.Mutex{})
+	return m.(*sync.Mutex)
+}
+
+// lock locks id's mutex and returns its unlock.
+func (k *keyedLocks) lock(id string) func() {
+	mu := k.of(id)
 	mu.Lock()
 	return mu.Unlock
 }

@@ -256,7 +256,7 @@ func (s *store) getEgress(r *Record) ([]byte, error) {
 
 // list returns this server's records and the shared store's.
 func (s *store) list() ([]*Record, error) {
-	recs, err := listBucket[*Record](s, bucketSandboxes, "record")
+	recs, err := s.listLocal()
 	if err != nil || s.shared == nil {
 		return recs, err
 	}

@@ -510,22 +510,3 @@ func (s *State) Key(ctx context.Context, name string, size int) ([]byte, error) 
 	}
 	return nil, fmt.Errorf("%w: Secret %s could not be read or made", runtimes.ErrUnavailable, secName)
 }
-
-// Leader returns the identity in the Lease ("" when none holds it).
-func (s *State) Leader(ctx context.Context) (string, error) {
-	l, err := s.c.client.CoordinationV1().Leases(s.c.opts.Namespace).Get(ctx, LeaseName, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return "", nil
-	}
-	if err != nil {
-		return "", s.apiError("get Lease "+LeaseName, err)
-	}
-	return leaseHolder(l), nil
-}
-
-func leaseHolder(l *coordinationv1.Lease) string {
-	if l.Spec.HolderIdentity == nil {
-		return ""
-	}
-	return *l.Spec.HolderIdentity
-}
