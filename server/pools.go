@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -43,6 +44,11 @@ type poolSet struct {
 	wake    chan struct{}
 	stop    context.CancelFunc
 	done    chan struct{}
+	// lastSync is when the shared pool definitions were last read.
+	lastSync time.Time
+	// reserved holds when each shared member was first found reserved
+	// by a claim (staleReservation).
+	reserved map[string]time.Time
 }
 
 // pool is one pool and its members.
@@ -62,6 +68,12 @@ type pool struct {
 	failures  int
 	retryAt   time.Time
 	deleted   bool
+	// shared: the pool's runtime keeps its sandboxes in the shared store,
+	// and so the pool its members (sharedpools.go). idle then holds the
+	// handles this replica has of them, and allocated, sharedIdle and
+	// sharedStarting are the store's counts as last read.
+	shared                     bool
+	sharedIdle, sharedStarting int
 }
 
 // member is an idle pool member, persisted in bucketMembers.
@@ -73,6 +85,10 @@ type member struct {
 	MemoryBytes int64     `json:"memoryBytes,omitempty"`
 	CPUMillis   int64     `json:"cpuMillis,omitempty"`
 	CreatedAt   time.Time `json:"createdAt"`
+	// Replica made the member and Ready says its sandbox is up (members
+	// of shared pools, whose records another replica reads).
+	Replica string `json:"replica,omitempty"`
+	Ready   bool   `json:"ready,omitempty"`
 
 	sb runtimes.Sandbox
 }
@@ -97,6 +113,23 @@ func (ps *poolSet) load(ctx context.Context, configured []api.CreatePoolRequest,
 	if err != nil {
 		s.log.Error("read pools", "err", err)
 	}
+	if s.opts.Shared != nil {
+		sctx, cancel := sharedCtx()
+		defs, err := s.opts.Shared.Pools(sctx)
+		cancel()
+		if err != nil {
+			s.log.Error("read the shared pools", "err", err)
+		}
+		for _, b := range defs {
+			var def api.CreatePoolRequest
+			if err := json.Unmarshal(b, &def); err != nil {
+				s.log.Error("unreadable shared pool definition", "err", err)
+				continue
+			}
+			stored = append(stored, def)
+		}
+		ps.lastSync = time.Now()
+	}
 	for _, set := range []struct {
 		defs   []api.CreatePoolRequest
 		source api.PoolSource
@@ -110,6 +143,15 @@ func (ps *poolSet) load(ctx context.Context, configured []api.CreatePoolRequest,
 			if err != nil {
 				s.log.Error("pool not started", "pool", def.Name, "err", err)
 				continue
+			}
+			if p.shared && set.source == api.PoolSourceAPI && s.store.hasPool(def.Name) {
+				// Made through this replica's API before its runtime's pools
+				// were shared: the shared store holds it from now on.
+				if err := ps.putSharedPool(def, true); err != nil && !errors.Is(err, errdefs.ErrConflict) {
+					s.log.Error("pool not moved to the shared store", "pool", def.Name, "err", err)
+					continue
+				}
+				_ = s.store.deletePool(def.Name)
 			}
 			ps.pools[def.Name] = p
 		}
@@ -131,7 +173,7 @@ func (ps *poolSet) load(ctx context.Context, configured []api.CreatePoolRequest,
 			continue
 		}
 		p := ps.pools[m.Pool]
-		if p == nil || p.rt.Name() != m.Runtime || p.def.Template.Image.URI != m.Image || p.mem != m.MemoryBytes || p.cpu != m.CPUMillis {
+		if p == nil || p.shared || p.rt.Name() != m.Runtime || p.def.Template.Image.URI != m.Image || p.mem != m.MemoryBytes || p.cpu != m.CPUMillis {
 			s.log.Info("removing pool member of a pool that is gone or changed", "id", m.ID, "pool", m.Pool)
 			ps.destroyMember(ctx, m)
 			continue
@@ -183,7 +225,8 @@ func (ps *poolSet) define(ctx context.Context, def api.CreatePoolRequest, source
 	if !ok {
 		return nil, badRequest(fmt.Sprintf("runtime %s keeps no warm pools (container runtimes do; wasm sandboxes start in milliseconds anyway)", rt.Name()))
 	}
-	p := &pool{def: def, source: source, createdAt: time.Now().UTC(), rt: rt, pooler: pooler}
+	p := &pool{def: def, source: source, createdAt: time.Now().UTC(), rt: rt, pooler: pooler,
+		shared: ps.s.store.sharesRuntime(rt.Name())}
 	for k, v := range t.ResourceLimits {
 		switch k {
 		case "memory":
@@ -284,14 +327,13 @@ func (ps *poolSet) step(ctx context.Context) bool {
 	}
 	now := time.Now()
 	ps.mu.Lock()
-	names := make([]string, 0, len(ps.pools))
-	for n := range ps.pools {
-		names = append(names, n)
-	}
-	sort.Strings(names)
+	names := ps.sortedNames()
 	// Old and surplus idle members go first.
 	for _, n := range names {
 		p := ps.pools[n]
+		if p.shared {
+			continue
+		}
 		maxIdle := time.Duration(p.def.Template.MaxIdleSeconds) * time.Second
 		if len(p.idle) > p.def.CapacitySpec.BufferMax || (len(p.idle) > 0 && maxIdle > 0 && now.Sub(p.idle[0].CreatedAt) > maxIdle) {
 			m := p.idle[0]
@@ -304,30 +346,55 @@ func (ps *poolSet) step(ctx context.Context) bool {
 	}
 	var p *pool
 	for _, n := range names {
-		q := ps.pools[n]
-		c := q.def.CapacitySpec
-		have := len(q.idle) + q.starting
-		low := max(c.BufferMin, c.PoolMin-q.allocated)
-		high := min(max(c.BufferMax, low), c.PoolMax-q.allocated)
-		if have < low {
-			q.filling = true
-		}
-		if have >= high {
-			q.filling = false
-		}
-		if q.filling && have < high && now.After(q.retryAt) {
+		if q := ps.pools[n]; !q.shared && ps.wants(q, len(q.idle)+q.starting, now) {
 			p = q
 			break
 		}
 	}
+	ps.mu.Unlock()
 	if p == nil {
-		ps.mu.Unlock()
-		return false
+		return ps.stepShared(ctx)
 	}
+	ps.startMember(ctx, p, now)
+	return true
+}
+
+// sortedNames are the pools' names in order; ps.mu is held.
+func (ps *poolSet) sortedNames() []string {
+	names := make([]string, 0, len(ps.pools))
+	for n := range ps.pools {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// wants reports whether pool q, with have members idle or starting,
+// should start one more now: below its low mark it fills up to its high
+// one, unless its last start failed too recently. ps.mu is held.
+func (ps *poolSet) wants(q *pool, have int, now time.Time) bool {
+	c := q.def.CapacitySpec
+	low := max(c.BufferMin, c.PoolMin-q.allocated)
+	high := min(max(c.BufferMax, low), c.PoolMax-q.allocated)
+	if have < low {
+		q.filling = true
+	}
+	if have >= high {
+		q.filling = false
+	}
+	return q.filling && have < high && now.After(q.retryAt)
+}
+
+// startMember starts one member of p and keeps it idle.
+func (ps *poolSet) startMember(ctx context.Context, p *pool, now time.Time) {
+	ps.mu.Lock()
 	p.starting++
 	p.startWG.Add(1)
 	m := &member{ID: newID(), Pool: p.def.Name, Runtime: p.rt.Name(), Image: p.def.Template.Image.URI,
 		MemoryBytes: p.mem, CPUMillis: p.cpu, CreatedAt: now.UTC()}
+	if p.shared {
+		m.Replica = ps.s.opts.Replica
+	}
 	ps.mu.Unlock()
 
 	defer p.startWG.Done()
@@ -350,7 +417,6 @@ func (ps *poolSet) step(ctx context.Context) bool {
 	if unwanted {
 		ps.destroyMember(context.WithoutCancel(ctx), m)
 	}
-	return true
 }
 
 // warm starts member m of p. Its record is written first, so that a crash
@@ -358,12 +424,18 @@ func (ps *poolSet) step(ctx context.Context) bool {
 func (ps *poolSet) warm(ctx context.Context, p *pool, m *member) error {
 	s := ps.s
 	spec := m.spec(s)
-	if err := os.MkdirAll(spec.Dir, 0o700); err != nil {
-		return err
-	}
-	if err := s.store.putMember(m); err != nil {
-		_ = mounts.RemoveAll(spec.Dir)
-		return err
+	if p.shared {
+		if err := ps.putSharedMember(m, true); err != nil {
+			return err
+		}
+	} else {
+		if err := os.MkdirAll(spec.Dir, 0o700); err != nil {
+			return err
+		}
+		if err := s.store.putMember(m); err != nil {
+			_ = mounts.RemoveAll(spec.Dir)
+			return err
+		}
 	}
 	// A member's container gets the egress files every sandbox has (its
 	// resolv.conf) from a controller that enforces nothing; the claim
@@ -381,6 +453,14 @@ func (ps *poolSet) warm(ctx context.Context, p *pool, m *member) error {
 		return err
 	}
 	m.sb = sb
+	if p.shared {
+		// Claimable by every replica from now on.
+		m.Ready = true
+		if err := ps.putSharedMember(m, false); err != nil {
+			ps.destroyMember(context.WithoutCancel(ctx), m)
+			return err
+		}
+	}
 	return nil
 }
 
@@ -391,10 +471,22 @@ func (ps *poolSet) destroyMember(ctx context.Context, m *member) {
 		_ = m.sb.Close(ctx)
 	}
 	var errs []error
+	if s.store.sharesRuntime(m.Runtime) {
+		// Its record goes first, and only while it is still a member: one
+		// a replica has claimed meanwhile is that replica's sandbox.
+		mine, err := ps.forgetSharedMember(m)
+		if !mine {
+			return
+		}
+		errs = append(errs, err)
+	}
 	if rt, ok := s.opts.Runtimes.Get(m.Runtime); ok {
 		errs = append(errs, rt.Destroy(ctx, m.spec(s)))
 	}
-	errs = append(errs, mounts.RemoveAll(s.sandboxDir(m.ID)), s.store.deleteMember(m.ID))
+	errs = append(errs, mounts.RemoveAll(s.sandboxDir(m.ID)))
+	if !s.store.sharesRuntime(m.Runtime) {
+		errs = append(errs, s.store.deleteMember(m.ID))
+	}
 	if err := errors.Join(errs...); err != nil {
 		s.log.Warn("remove pool member", "id", m.ID, "pool", m.Pool, "err", err)
 	}
@@ -410,6 +502,18 @@ func (ps *poolSet) applyRef(req *api.CreateSandboxRequest) error {
 	ps.mu.Lock()
 	p := ps.pools[ref]
 	ps.mu.Unlock()
+	if p == nil && ps.s.opts.Shared != nil {
+		// Made at another replica a moment ago, perhaps.
+		ctx, cancel := sharedCtx()
+		err := ps.syncShared(ctx)
+		cancel()
+		if err != nil {
+			return err
+		}
+		ps.mu.Lock()
+		p = ps.pools[ref]
+		ps.mu.Unlock()
+	}
 	if p == nil {
 		return badRequest(fmt.Sprintf("extensions.poolRef: pool %q does not exist", ref))
 	}
@@ -430,36 +534,20 @@ func (ps *poolSet) applyRef(req *api.CreateSandboxRequest) error {
 }
 
 // take hands out an idle member for rec on rt, or nil when no pool fits
-// or none is idle (the create is then served cold).
-func (ps *poolSet) take(rec *Record, rt runtimes.Runtime) (*pool, *member) {
-	if len(rec.Volumes) > 0 {
+// or none is idle (the create is then served cold). Members of a shared
+// pool whose ids are in skip are passed over (a claim that lost one to
+// another replica tries again).
+func (ps *poolSet) take(ctx context.Context, rec *Record, rt runtimes.Runtime, skip map[string]bool) (*pool, *member) {
+	p := ps.pick(rec, rt)
+	if p == nil {
 		return nil, nil
+	}
+	if p.shared {
+		defer ps.kick()
+		return p, ps.takeShared(ctx, p, skip)
 	}
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
-	var p *pool
-	if ref := rec.Extensions[extensionPoolRef]; ref != "" {
-		p = ps.pools[ref]
-	} else {
-		names := make([]string, 0, len(ps.pools))
-		for n := range ps.pools {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		for _, n := range names {
-			if q := ps.pools[n]; q.rt.Name() == rt.Name() && q.def.Template.Image.URI == rec.Image &&
-				(q.pooler.UpdatesLimits() || (rec.MemoryBytes == q.mem && rec.CPUMillis == q.cpu)) {
-				p = q
-				break
-			}
-		}
-	}
-	if p == nil || p.rt.Name() != rt.Name() || p.def.Template.Image.URI != rec.Image {
-		return nil, nil
-	}
-	if !p.pooler.UpdatesLimits() && (rec.MemoryBytes != p.mem || rec.CPUMillis != p.cpu) {
-		return nil, nil // other limits than its members have: cold
-	}
 	defer ps.kick()
 	if len(p.idle) == 0 {
 		return p, nil
@@ -468,6 +556,35 @@ func (ps *poolSet) take(rec *Record, rt runtimes.Runtime) (*pool, *member) {
 	p.idle = p.idle[1:]
 	p.allocated++
 	return p, m
+}
+
+// pick finds the pool a create of rec on rt claims from: the one its
+// poolRef names, else the first whose members fit it; nil when none.
+func (ps *poolSet) pick(rec *Record, rt runtimes.Runtime) *pool {
+	if len(rec.Volumes) > 0 {
+		return nil
+	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	var p *pool
+	if ref := rec.Extensions[extensionPoolRef]; ref != "" {
+		p = ps.pools[ref]
+	} else {
+		for _, n := range ps.sortedNames() {
+			if q := ps.pools[n]; q.rt.Name() == rt.Name() && q.def.Template.Image.URI == rec.Image &&
+				(q.pooler.UpdatesLimits() || (rec.MemoryBytes == q.mem && rec.CPUMillis == q.cpu)) {
+				p = q
+				break
+			}
+		}
+	}
+	if p == nil || p.rt.Name() != rt.Name() || p.def.Template.Image.URI != rec.Image {
+		return nil
+	}
+	if !p.pooler.UpdatesLimits() && (rec.MemoryBytes != p.mem || rec.CPUMillis != p.cpu) {
+		return nil // other limits than its members have: cold
+	}
+	return p
 }
 
 // release counts a sandbox claimed from pool name as gone.
@@ -490,21 +607,49 @@ func (ps *poolSet) coldCreate() func() {
 	}
 }
 
+// claimAttempts bounds the members of a shared pool one create tries
+// when other replicas claim them first.
+const claimAttempts = 3
+
+// claimFromPool serves the create of rec on rt from a pool member when one
+// fits and is idle, and reports whether it answered; false means the
+// create is served cold.
+func (s *Server) claimFromPool(c *gin.Context, rec *Record, rt runtimes.Runtime) bool {
+	skip := map[string]bool{}
+	for range claimAttempts {
+		p, m := s.pools.take(c.Request.Context(), rec, rt, skip)
+		if m == nil {
+			return false
+		}
+		answered, lost := s.claim(c, rec, p, m)
+		if !lost {
+			return answered
+		}
+	}
+	return false
+}
+
 // claim personalises member m of p as the sandbox rec and answers the
 // create. It reports false, having answered nothing, when the claim
-// failed and the create must be served cold; the member is then removed.
-func (s *Server) claim(c *gin.Context, rec *Record, p *pool, m *member) bool {
+// failed and the create must be served cold; the member is then removed,
+// unless another replica claimed it first (lost: try another).
+func (s *Server) claim(c *gin.Context, rec *Record, p *pool, m *member) (answered, lost bool) {
 	ps := s.pools
 	coldID := rec.ID
 	rec.ID, rec.Pool = m.ID, p.def.Name
 	unlock := s.lock(rec.ID)
 	defer unlock()
-	fail := func(err error) bool {
-		s.log.Warn("pool claim failed; creating cold", "pool", p.def.Name, "id", m.ID, "err", err)
+	fail := func(err error) (bool, bool) {
 		rec.ID, rec.Pool = coldID, ""
+		if p.shared && errors.Is(err, errdefs.ErrConflict) {
+			s.log.Debug("pool member claimed by another replica first", "pool", p.def.Name, "id", m.ID, "err", err)
+			_ = m.sb.Close(context.Background())
+			return false, true
+		}
+		s.log.Warn("pool claim failed; creating cold", "pool", p.def.Name, "id", m.ID, "err", err)
 		ps.release(p.def.Name)
 		go ps.destroyMember(context.Background(), m)
-		return false
+		return false, false
 	}
 	begin := time.Now()
 	eg, err := s.newEgress(rec, true)
@@ -512,13 +657,15 @@ func (s *Server) claim(c *gin.Context, rec *Record, p *pool, m *member) bool {
 		// What a cold create would answer too; the member was not touched.
 		rec.ID, rec.Pool = coldID, ""
 		ps.mu.Lock()
-		p.allocated--
+		if !p.shared {
+			p.allocated--
+		}
 		if !p.deleted {
 			p.idle = append([]*member{m}, p.idle...)
 		}
 		ps.mu.Unlock()
 		s.abortErr(c, err)
-		return true
+		return true, false
 	}
 	spec := s.spec(rec)
 	spec.Egress = eg
@@ -541,7 +688,7 @@ func (s *Server) claim(c *gin.Context, rec *Record, p *pool, m *member) bool {
 	s.mu.Unlock()
 	s.attach(rec.ID, m.sb)
 	c.JSON(http.StatusAccepted, rec.wire())
-	return true
+	return true, false
 }
 
 // failpoint kills the server with SIGKILL at the named point when
@@ -558,13 +705,40 @@ func (s *Server) failpoint(name string) {
 
 // wire is the API form of p.
 func (ps *poolSet) wire(p *pool) api.Pool {
+	idle, starting := len(p.idle), p.starting
+	if p.shared {
+		// The store's counts (a member starting has a record already).
+		idle, starting = p.sharedIdle, p.sharedStarting
+	}
 	return api.Pool{Name: p.def.Name, Template: p.def.Template, CapacitySpec: p.def.CapacitySpec,
 		Source: p.source, CreatedAt: p.createdAt,
-		Status: api.PoolStatus{Total: len(p.idle) + p.allocated, Allocated: p.allocated, Available: len(p.idle),
-			Starting: p.starting, LastError: p.lastErr}}
+		Status: api.PoolStatus{Total: idle + p.allocated, Allocated: p.allocated, Available: idle,
+			Starting: starting, LastError: p.lastErr}}
+}
+
+// fresh brings the shared pools up to the shared store before a pool
+// route answers (definitions made or removed at other replicas, counts).
+func (s *Server) fresh(c *gin.Context) bool {
+	if s.opts.Shared == nil {
+		return true
+	}
+	ctx, cancel := sharedCtx()
+	defer cancel()
+	err := s.pools.syncShared(ctx)
+	if err == nil {
+		_, err = s.pools.refreshAll(ctx)
+	}
+	if err != nil {
+		s.abortErr(c, err)
+		return false
+	}
+	return true
 }
 
 func (s *Server) listPools(c *gin.Context) {
+	if !s.fresh(c) {
+		return
+	}
 	ps := s.pools
 	ps.mu.Lock()
 	out := api.PoolList{Items: []api.Pool{}}
@@ -577,6 +751,9 @@ func (s *Server) listPools(c *gin.Context) {
 }
 
 func (s *Server) poolOf(c *gin.Context) (*pool, bool) {
+	if !s.fresh(c) {
+		return nil, false
+	}
 	name := c.Param("name")
 	s.pools.mu.Lock()
 	p := s.pools.pools[name]
@@ -616,7 +793,11 @@ func (s *Server) createPool(c *gin.Context) {
 		s.abortErr(c, errdefs.New(api.ErrorCodeCONFLICT, "pool %q exists", req.Name))
 		return
 	}
-	if err := s.store.putPool(p.def); err != nil {
+	put := s.store.putPool
+	if p.shared {
+		put = func(def api.CreatePoolRequest) error { return ps.putSharedPool(def, true) }
+	}
+	if err := put(p.def); err != nil {
 		s.abortErr(c, err)
 		return
 	}
@@ -648,7 +829,11 @@ func (s *Server) updatePool(c *gin.Context) {
 	}
 	def := p.def
 	def.CapacitySpec = req.CapacitySpec
-	if err := s.store.putPool(def); err != nil {
+	put := s.store.putPool
+	if p.shared {
+		put = func(def api.CreatePoolRequest) error { return ps.putSharedPool(def, false) }
+	}
+	if err := put(def); err != nil {
 		s.abortErr(c, err)
 		return
 	}
@@ -669,7 +854,15 @@ func (s *Server) deletePool(c *gin.Context) {
 		s.abortErr(c, badRequest(fmt.Sprintf("pool %s is defined in the server's configuration file; remove it there", p.def.Name)))
 		return
 	}
-	if err := s.store.deletePool(p.def.Name); err != nil {
+	del := s.store.deletePool
+	if p.shared {
+		del = func(name string) error {
+			ctx, cancel := sharedCtx()
+			defer cancel()
+			return sharedErr("delete pool "+name, s.opts.Shared.DeletePool(ctx, name))
+		}
+	}
+	if err := del(p.def.Name); err != nil {
 		ps.mu.Unlock()
 		s.abortErr(c, err)
 		return
@@ -681,6 +874,24 @@ func (s *Server) deletePool(c *gin.Context) {
 	ps.mu.Unlock()
 	// A member being started is removed by the filler when it is up.
 	p.startWG.Wait()
+	if p.shared {
+		// Every replica's members, not only those this one holds.
+		ctx, cancel := sharedCtx()
+		members, _, err := ps.sharedMembers(ctx)
+		cancel()
+		if err != nil {
+			s.log.Warn("list the members of a deleted shared pool; the leader removes them", "pool", p.def.Name, "err", err)
+		}
+		held := map[string]bool{}
+		for _, m := range idle {
+			held[m.ID] = true
+		}
+		for _, m := range members[p.def.Name] {
+			if !held[m.ID] {
+				idle = append(idle, m)
+			}
+		}
+	}
 	for _, m := range idle {
 		ps.destroyMember(c.Request.Context(), m)
 	}

@@ -2,11 +2,13 @@ package server
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/hybox-dev/hybox/sdks/go/api"
+	"github.com/hybox-dev/hybox/sdks/go/errdefs"
 )
 
 // putJSON stores v under key in bucket.
@@ -24,6 +26,16 @@ func (s *store) deleteKey(bucket []byte, key string) error {
 
 func (s *store) putPool(p api.CreatePoolRequest) error { return s.putJSON(bucketPools, p.Name, p) }
 func (s *store) deletePool(name string) error          { return s.deleteKey(bucketPools, name) }
+
+// hasPool reports whether this server's database holds pool name.
+func (s *store) hasPool(name string) bool {
+	found := false
+	_ = s.db.View(func(tx *bolt.Tx) error {
+		found = tx.Bucket(bucketPools).Get([]byte(name)) != nil
+		return nil
+	})
+	return found
+}
 func (s *store) putMember(m *member) error             { return s.putJSON(bucketMembers, m.ID, m) }
 
 // deleteMember forgets a member, and the egress state a claim of it may
@@ -64,17 +76,20 @@ func listBucket[T any](s *store, bucket []byte, what string) ([]T, error) {
 // claimMember turns member id into the sandbox r in one transaction: a
 // crash leaves either the member or the sandbox, never both or neither.
 func (s *store) claimMember(id string, r *Record) error {
-	if s.isShared(r) {
-		// The shared record first: a crash before the member is forgotten
-		// leaves a member whose id has a record, which start-up drops.
-		if err := s.create(r); err != nil {
-			return err
-		}
-		return s.deleteKey(bucketMembers, id)
-	}
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
+	}
+	if s.isShared(r) {
+		// The member's shared record becomes the sandbox's in one write,
+		// which fails when another replica claimed it first.
+		ctx, cancel := sharedCtx()
+		defer cancel()
+		err := s.shared.ClaimMember(ctx, sharedRecord(r, b))
+		if errors.Is(err, errdefs.ErrConflict) {
+			return err
+		}
+		return sharedErr("claim pool member "+id, err)
 	}
 	return s.update(func(tx *bolt.Tx) error {
 		if err := tx.Bucket(bucketMembers).Delete([]byte(id)); err != nil {

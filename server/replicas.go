@@ -276,6 +276,15 @@ func (s *Server) sweepReplicas(ctx context.Context) {
 	for _, r := range recs {
 		known[r.ID] = true
 	}
+	// Members of shared pools have records of their own.
+	members, err := s.opts.Shared.Members(ctx, "")
+	if err != nil {
+		s.log.Warn("sweep: list shared pool members", "err", err)
+		return
+	}
+	for _, m := range members {
+		known[m.ID] = true
+	}
 	alive := map[string]bool{}
 	keep := func(id, maker string) bool {
 		if known[id] || maker == "" || maker == s.opts.Replica {

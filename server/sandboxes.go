@@ -106,10 +106,8 @@ func (s *Server) createSandbox(c *gin.Context) {
 	}
 	// A pool member of this image and runtime makes it a claim; without
 	// an idle one (or when the claim fails) the create is served cold.
-	if p, m := s.pools.take(rec, rt); m != nil {
-		if s.claim(c, rec, p, m) {
-			return
-		}
+	if s.claimFromPool(c, rec, rt) {
+		return
 	}
 	defer s.pools.coldCreate()()
 	unlock := s.lock(rec.ID)

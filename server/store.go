@@ -101,7 +101,13 @@ func openStore(path string, sh shared.Store, log *slog.Logger) (*store, error) {
 func (s *store) close() error { return s.db.Close() }
 
 // isShared reports whether r's record lives in the shared store.
-func (s *store) isShared(r *Record) bool { return s.shared != nil && s.shared.Shares(r.Runtime) }
+func (s *store) isShared(r *Record) bool { return s.sharesRuntime(r.Runtime) }
+
+// sharesRuntime reports whether the records of runtime's sandboxes (and
+// its pools' members) live in the shared store.
+func (s *store) sharesRuntime(runtime string) bool {
+	return s.shared != nil && s.shared.Shares(runtime)
+}
 
 func sharedCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), sharedTimeout)
@@ -158,12 +164,17 @@ func (s *store) write(r *Record, first bool) error {
 func (s *store) writeShared(r *Record, b []byte, first bool) error {
 	ctx, cancel := sharedCtx()
 	defer cancel()
-	sr := shared.Record{ID: r.ID, Runtime: r.Runtime, Image: r.Image,
-		State: r.State, Reason: r.Reason, Message: r.Message, LastTransitionAt: r.LastTransitionAt, Data: b}
+	sr := sharedRecord(r, b)
 	if first {
 		return sharedErr("create "+r.ID, s.shared.Create(ctx, sr))
 	}
 	return sharedErr("put "+r.ID, s.shared.Put(ctx, sr))
+}
+
+// sharedRecord is r (whose JSON is b) as the shared store keeps it.
+func sharedRecord(r *Record, b []byte) shared.Record {
+	return shared.Record{ID: r.ID, Runtime: r.Runtime, Image: r.Image,
+		State: r.State, Reason: r.Reason, Message: r.Message, LastTransitionAt: r.LastTransitionAt, Data: b}
 }
 
 // get reads the record of id: this server's own first, then the shared

@@ -6,7 +6,8 @@ package manifests
 
 import _ "embed"
 
-// CRD is the CustomResourceDefinition of sandboxes.hybox.dev (crd.yaml).
+// CRD holds the CustomResourceDefinitions of sandboxes.hybox.dev and
+// sandboxpools.hybox.dev (crd.yaml, two YAML documents).
 //
 //go:embed crd.yaml
 var CRD []byte

@@ -32,6 +32,15 @@ type Record struct {
 	Data []byte
 }
 
+// Member is an idle member of a warm pool whose runtime the store Shares:
+// every replica can claim it, and the leading replica starts new ones.
+type Member struct {
+	ID   string
+	Pool string
+	// Data is the server's member record (JSON), opaque to the store.
+	Data []byte
+}
+
 // Store keeps shared records. Every method is bounded by ctx and by the
 // store's own call timeout; a store that does not answer fails with an
 // error the server maps to 503.
@@ -60,6 +69,29 @@ type Store interface {
 	// Key returns the shared key called name, size random bytes made by
 	// the first replica that asks and read by every other.
 	Key(ctx context.Context, name string, size int) ([]byte, error)
+	// PutPool keeps the definition of the pool called name (JSON, made
+	// through the API), replacing one there is unless create is set:
+	// then an error wrapping errdefs.ErrConflict when one exists.
+	PutPool(ctx context.Context, name string, def []byte, create bool) error
+	// DeletePool removes a pool's definition; no error when absent.
+	DeletePool(ctx context.Context, name string) error
+	// Pools returns every pool definition by name.
+	Pools(ctx context.Context) (map[string][]byte, error)
+	// CreateMember writes the record of a new pool member (before its
+	// sandbox starts; PutMember marks it started).
+	CreateMember(ctx context.Context, m Member) error
+	// PutMember replaces a member's record; runtimes.ErrNotFound when it
+	// is no longer a member (claimed or removed).
+	PutMember(ctx context.Context, m Member) error
+	// Members returns the members of pool ("" = of every pool). Members
+	// are not records: Get, List and Create do not see them.
+	Members(ctx context.Context, pool string) ([]Member, error)
+	// DeleteMember forgets a member; no error when absent.
+	DeleteMember(ctx context.Context, id string) error
+	// ClaimMember turns member r.ID into the sandbox record r in one
+	// write: an error wrapping errdefs.ErrConflict when it is no longer a
+	// member (another replica claimed it first).
+	ClaimMember(ctx context.Context, r Record) error
 	// Leading reports whether this replica leads now.
 	Leading() bool
 	// Alive reports whether the replica called name still runs (it

@@ -79,8 +79,9 @@ func (r *Runtime) UpdatesLimits() bool { return r.class == "runc" }
 // Restore finds them, and its execd still idle.
 //
 // # Errors
-// runtimes.ErrNotFound when the Pod is gone; an error when its claim had
-// begun (destroy it).
+// runtimes.ErrNotFound when the Pod is gone; errdefs.ErrConflict when its
+// claim has begun (a claim in flight at another replica, or one that
+// died: destroy it).
 func (r *Runtime) RestoreWarm(ctx context.Context, spec runtimes.Spec) (runtimes.Sandbox, error) {
 	spec.Egress = nil // nothing of a member's is enforced
 	sbi, err := r.Restore(ctx, spec)
@@ -95,7 +96,7 @@ func (r *Runtime) RestoreWarm(ctx context.Context, spec runtimes.Spec) (runtimes
 	}
 	if st.State != execd.ClaimIdle {
 		_ = sb.Close(ctx)
-		return nil, fmt.Errorf("pool member %s is %s, not idle", spec.ID, st.State)
+		return nil, fmt.Errorf("%w: pool member %s is %s, not idle", errdefs.ErrConflict, spec.ID, st.State)
 	}
 	return sb, nil
 }

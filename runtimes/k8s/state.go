@@ -1,6 +1,7 @@
 package k8s
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -45,8 +46,6 @@ const (
 	SandboxResource = "sandboxes"
 	// LeaseName is the Lease the replicas elect their leader with.
 	LeaseName = "hybox-leader"
-	// crdName is the CRD's own name.
-	crdName = SandboxResource + "." + SandboxGroup
 )
 
 // SandboxGVR is the resource of the Sandbox records.
@@ -72,6 +71,7 @@ type State struct {
 	identity string
 	lease    time.Duration
 	dyn      dynamic.NamespaceableResourceInterface
+	poolDyn  dynamic.NamespaceableResourceInterface
 	shares   map[string]bool
 	leading  atomic.Bool
 	stop     context.CancelFunc
@@ -104,7 +104,7 @@ func (c *Cluster) SharedState(ctx context.Context, o StateOptions) (*State, erro
 	if err := ensureCRD(ctx, dc); err != nil {
 		return nil, err
 	}
-	st := &State{c: c, identity: o.Identity, lease: o.LeaseDuration, dyn: dc.Resource(SandboxGVR),
+	st := &State{c: c, identity: o.Identity, lease: o.LeaseDuration, dyn: dc.Resource(SandboxGVR), poolDyn: dc.Resource(PoolGVR),
 		shares: map[string]bool{}, done: make(chan struct{}), beatDone: make(chan struct{})}
 	for _, r := range o.Runtimes {
 		st.shares[r] = true
@@ -156,35 +156,42 @@ func (c *Cluster) SharedState(ctx context.Context, o StateOptions) (*State, erro
 	return st, nil
 }
 
-// ensureCRD installs the Sandbox CRD unless it is there, and waits until
-// the API server serves it.
+// ensureCRD installs the CRDs of deploy/kubernetes/crd.yaml (Sandbox,
+// SandboxPool) unless they are there, and waits until the API server
+// serves them.
 func ensureCRD(ctx context.Context, dc dynamic.Interface) error {
 	crds := dc.Resource(crdGVR)
-	_, err := crds.Get(ctx, crdName, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
+	for _, doc := range bytes.Split(manifests.CRD, []byte("\n---\n")) {
 		var obj unstructured.Unstructured
-		if err := yaml.Unmarshal(manifests.CRD, &obj.Object); err != nil {
+		if err := yaml.Unmarshal(doc, &obj.Object); err != nil {
 			return fmt.Errorf("k8s: the embedded CRD: %w", err)
 		}
-		if _, err = crds.Create(ctx, &obj, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("%w: the CRD %s is missing and could not be installed (apply deploy/kubernetes/crd.yaml): %v", runtimes.ErrUnavailable, crdName, err)
+		name := obj.GetName()
+		_, err := crds.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			if _, err = crds.Create(ctx, &obj, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+				return fmt.Errorf("%w: the CRD %s is missing and could not be installed (apply deploy/kubernetes/crd.yaml): %v", runtimes.ErrUnavailable, name, err)
+			}
+		} else if err != nil && !apierrors.IsForbidden(err) {
+			return fmt.Errorf("%w: get CRD %s: %v", runtimes.ErrUnavailable, name, err)
 		}
-	} else if err != nil && !apierrors.IsForbidden(err) {
-		return fmt.Errorf("%w: get CRD %s: %v", runtimes.ErrUnavailable, crdName, err)
 	}
-	// A replica that may not read CRDs learns whether the resource is
-	// served from listing it.
+	// A replica that may not read CRDs learns whether the resources are
+	// served from listing them.
 	deadline := time.Now().Add(30 * time.Second)
-	for {
-		_, err := dc.Resource(SandboxGVR).Namespace(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{Limit: 1})
-		if err == nil || apierrors.IsForbidden(err) {
-			return nil
+	for _, gvr := range []schema.GroupVersionResource{SandboxGVR, PoolGVR} {
+		for {
+			_, err := dc.Resource(gvr).Namespace(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{Limit: 1})
+			if err == nil || apierrors.IsForbidden(err) {
+				break
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				return fmt.Errorf("%w: the resource %s.%s is not served: %v", runtimes.ErrUnavailable, gvr.Resource, gvr.Group, err)
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("%w: the resource %s is not served: %v", runtimes.ErrUnavailable, crdName, err)
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
+	return nil
 }
 
 // Shares implements shared.Store.
@@ -396,13 +403,16 @@ func (s *State) Get(ctx context.Context, id string) (shared.Record, error) {
 	if err != nil {
 		return shared.Record{}, s.apiError("get Sandbox "+id, err)
 	}
+	if _, member := obj.GetLabels()[LabelPoolMember]; member {
+		return shared.Record{}, fmt.Errorf("%w: sandbox %s (an idle pool member)", runtimes.ErrNotFound, id)
+	}
 	return recordOf(obj)
 }
 
 // List implements shared.Store.
 func (s *State) List(ctx context.Context) ([]shared.Record, error) {
 	var out []shared.Record
-	opts := metav1.ListOptions{Limit: 500}
+	opts := metav1.ListOptions{Limit: 500, LabelSelector: "!" + LabelPoolMember}
 	for {
 		l, err := s.res().List(ctx, opts)
 		if err != nil {
