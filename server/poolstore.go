@@ -36,7 +36,7 @@ func (s *store) hasPool(name string) bool {
 	})
 	return found
 }
-func (s *store) putMember(m *member) error             { return s.putJSON(bucketMembers, m.ID, m) }
+func (s *store) putMember(m *member) error { return s.putJSON(bucketMembers, m.ID, m) }
 
 // deleteMember forgets a member, and the egress state a claim of it may
 // have sealed.
