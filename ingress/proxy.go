@@ -176,8 +176,15 @@ func joinPath(base, path string) string {
 // network (container backends); a port nothing answers on is a 502 with
 // {code, message} naming the sandbox and the port, never the address.
 func PortProxy(sandbox string, addr string, port int, log *slog.Logger) http.Handler {
-	target := &url.URL{Scheme: "http", Host: net.JoinHostPort(addr, fmt.Sprint(port))}
-	rp := httputil.NewSingleHostReverseProxy(target)
+	return PortProxyVia(sandbox, &url.URL{Scheme: "http", Host: net.JoinHostPort(addr, fmt.Sprint(port))}, port, nil, log)
+}
+
+// PortProxyVia is PortProxy to the URL base (which serves the port's "/")
+// through the round tripper rt (nil: http.DefaultTransport), for a port
+// reached through another server, such as a cluster's API server.
+func PortProxyVia(sandbox string, base *url.URL, port int, rt http.RoundTripper, log *slog.Logger) http.Handler {
+	rp := httputil.NewSingleHostReverseProxy(base)
+	rp.Transport = rt
 	rp.FlushInterval = -1
 	rp.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
 		if r.Context().Err() != nil {

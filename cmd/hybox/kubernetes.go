@@ -58,6 +58,11 @@ type kubernetesConfig struct {
 	// it holds (env HYBOX_REPLICA_ADDRESS); "" = http://<addr>, or
 	// http://$POD_IP:<port> when addr listens on every address.
 	ReplicaAddress string `toml:"replica_address"`
+	// ExecdAccess is how the server reaches the Pods' execd and ports:
+	// "pod-ip" (default: the server is on the Pod network) or "api-proxy"
+	// (through the API server's Pod proxy, for a server outside it; no
+	// egress policies then).
+	ExecdAccess string `toml:"execd_access"`
 	// LeaseDuration is how long a replica that stopped renewing keeps the
 	// lead (default 15s).
 	LeaseDuration duration `toml:"lease_duration"`
@@ -137,7 +142,7 @@ func kubernetesRuntimes(ctx context.Context, cfg *config, log *slog.Logger) (*k8
 	}
 	c, err := k8s.Open(k8s.Options{Config: rc, Namespace: kc.Namespace, ExecdImage: kc.ExecdImage,
 		DefaultMemoryBytes: mem, IngressFrom: from, DNSUpstreams: kc.DNSUpstreams, AllowedHostPaths: cfg.AllowedHostPaths,
-		Replica: replica, Logger: log})
+		Replica: replica, Access: kc.ExecdAccess, Logger: log})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -154,8 +159,12 @@ func kubernetesRuntimes(ctx context.Context, cfg *config, log *slog.Logger) (*k8
 		// API server answers, and the wasm tier is unaffected.
 		log.Warn("the Kubernetes API server does not answer; Pod sandboxes are unavailable until it does", "err", err)
 	} else {
+		egress := "hybox-egress in each Pod (runc); no egress policies on gVisor"
+		if kc.ExecdAccess == k8s.AccessAPIProxy {
+			egress = "none: Pods are reached through the API server, which cannot carry the egress agent's channel"
+		}
 		log.Info("container sandboxes run as Pods", "namespace", kc.Namespace, "runtimes", classes, "clusterRuntimeClasses", have,
-			"egress", "hybox-egress in each Pod (runc); no egress policies on gVisor")
+			"access", c.Access(), "egress", egress)
 	}
 	return c, out, nil
 }

@@ -78,9 +78,9 @@ func (r *Runtime) egressOf(spec runtimes.Spec) (*podEgress, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: the Kubernetes runtime %q enforces only hybox's own egress controller", runtimes.ErrNotSupported, r.name)
 	}
-	if r.c.gvisor(r.class) {
+	if why := r.noAgent(); why != nil {
 		if st := eg.State(); st.Policy != nil || st.Vault != nil {
-			return nil, r.gvisorRefusal()
+			return nil, why
 		}
 		return &podEgress{}, nil
 	}
@@ -103,6 +103,16 @@ func (r *Runtime) egressOf(spec runtimes.Spec) (*podEgress, error) {
 		}
 	}
 	return pe, nil
+}
+
+// noAgent says why this runtime's Pods get no egress agent, nil when they
+// do: gVisor's netstack cannot host it, and the API server's Pod proxy
+// cannot carry its control channel.
+func (r *Runtime) noAgent() error {
+	if r.c.gvisor(r.class) {
+		return r.gvisorRefusal()
+	}
+	return r.c.access.agentRefusal(r.name)
 }
 
 // gvisorRefusal says why a gVisor Pod cannot have an egress policy.
@@ -252,10 +262,13 @@ func (r *Runtime) attachEgress(ctx context.Context, sb *Sandbox, spec runtimes.S
 	if !ok {
 		return fmt.Errorf("%w: the Kubernetes runtime %q enforces only hybox's own egress controller", runtimes.ErrNotSupported, r.name)
 	}
+	if why := r.noAgent(); why != nil {
+		return eg.Attach(ctx, refusingRemote{why})
+	}
 	b, ok := data[agentKey]
 	if !ok {
-		why := r.gvisorRefusal()
-		if !r.c.gvisor(r.class) {
+		why := r.noAgent()
+		if why == nil {
 			why = fmt.Errorf("%w: Pod %s has no egress agent (made before hybox enforced egress in Pods); create the sandbox again to give it a policy",
 				runtimes.ErrNotSupported, podName(spec.ID))
 		}

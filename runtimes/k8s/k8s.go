@@ -91,6 +91,9 @@ type Options struct {
 	// runs on the node: a hostPath volume names a directory of the node
 	// the Pod runs on.
 	AllowedHostPaths []string
+	// Access is how the server reaches execd and the sandboxes' ports:
+	// AccessPodIP (default) or AccessAPIProxy.
+	Access string
 	// Logger; nil = slog.Default().
 	Logger *slog.Logger
 }
@@ -125,6 +128,7 @@ func (o *Options) Validate() error {
 type Cluster struct {
 	opts   Options
 	client kubernetes.Interface
+	access *podAccess
 
 	mu         sync.Mutex
 	classes    []string          // RuntimeClass names, sorted
@@ -167,7 +171,20 @@ func Open(opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("k8s: client: %w", err)
 	}
-	return &Cluster{opts: opts, client: client}, nil
+	access, err := newPodAccess(opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Cluster{opts: opts, client: client, access: access}, nil
+}
+
+// Access is how the server reaches the Pods (AccessPodIP or
+// AccessAPIProxy).
+func (c *Cluster) Access() string {
+	if c.access.viaAPI {
+		return AccessAPIProxy
+	}
+	return AccessPodIP
 }
 
 // Client is the cluster's clientset.
@@ -286,9 +303,11 @@ func (r *Runtime) Validate(spec runtimes.Spec) error {
 	if err := r.c.checkClass(ctx, r.class); err != nil {
 		return err
 	}
-	if eg, ok := spec.Egress.(agentEgress); ok && r.c.gvisor(r.class) {
-		if st := eg.State(); st.Policy != nil || st.Vault != nil {
-			return r.gvisorRefusal()
+	if eg, ok := spec.Egress.(agentEgress); ok {
+		if why := r.noAgent(); why != nil {
+			if st := eg.State(); st.Policy != nil || st.Vault != nil {
+				return why
+			}
 		}
 	}
 	return nil

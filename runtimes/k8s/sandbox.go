@@ -4,13 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
 	"path"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -28,16 +26,19 @@ import (
 // tokenHeader carries the sandbox's execd token.
 const tokenHeader = execd.AccessTokenHeader
 
-// Sandbox is one sandbox Pod, reached on its IP.
+// Sandbox is one sandbox Pod, reached on its IP or through the API
+// server (podAccess).
 type Sandbox struct {
-	r      *Runtime
-	spec   runtimes.Spec
-	addr   netip.Addr
-	token  string
-	execd  *httputil.ReverseProxy
-	client *http.Client
-	tr     *http.Transport
-	agent  *egress.AgentClient // the Pod's egress agent, if any
+	r         *Runtime
+	spec      runtimes.Spec
+	addr      netip.Addr
+	token     string
+	base      *url.URL // serves execd's "/"
+	execd     *httputil.ReverseProxy
+	client    *http.Client
+	rt        http.RoundTripper
+	closeIdle func()
+	agent     *egress.AgentClient // the Pod's egress agent, if any
 
 	exited    chan runtimes.ExitStatus // buffered 1
 	stopWatch context.CancelFunc
@@ -50,12 +51,8 @@ var (
 )
 
 func newSandbox(r *Runtime, spec runtimes.Spec, addr netip.Addr, token string) *Sandbox {
-	tr := &http.Transport{
-		DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
-		MaxIdleConnsPerHost: 16,
-		IdleConnTimeout:     30 * time.Second,
-	}
-	target := &url.URL{Scheme: "http", Host: net.JoinHostPort(addr.String(), strconv.Itoa(ExecdPort))}
+	rt, closeIdle := r.c.access.transport()
+	target := r.c.access.base(podName(spec.ID), addr, ExecdPort)
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
@@ -63,7 +60,7 @@ func newSandbox(r *Runtime, spec runtimes.Spec, addr netip.Addr, token string) *
 			// replaced by the one this Pod's execd wants.
 			pr.Out.Header.Set(tokenHeader, token)
 		},
-		Transport:     tr,
+		Transport:     rt,
 		FlushInterval: -1, // streams: flush every write
 		ErrorHandler: func(w http.ResponseWriter, req *http.Request, err error) {
 			if req.Context().Err() != nil {
@@ -75,8 +72,8 @@ func newSandbox(r *Runtime, spec runtimes.Spec, addr netip.Addr, token string) *
 			_, _ = io.WriteString(w, `{"code":"SANDBOX_UNREACHABLE","message":"the sandbox's execd does not answer; its Pod may have stopped"}`)
 		},
 	}
-	return &Sandbox{r: r, spec: spec, addr: addr, token: token, execd: rp, tr: tr,
-		client: &http.Client{Transport: tr}, exited: make(chan runtimes.ExitStatus, 1), stopWatch: func() {}}
+	return &Sandbox{r: r, spec: spec, addr: addr, token: token, base: target, execd: rp, rt: rt, closeIdle: closeIdle,
+		client: &http.Client{Transport: rt}, exited: make(chan runtimes.ExitStatus, 1), stopWatch: func() {}}
 }
 
 // Exited implements runtimes.Exiter: it yields once when the workload
@@ -129,13 +126,16 @@ func exitStatus(t *corev1.ContainerStateTerminated) *runtimes.ExitStatus {
 
 // url is the address of path on the Pod's execd.
 func (s *Sandbox) url(path string) string {
-	return "http://" + net.JoinHostPort(s.addr.String(), strconv.Itoa(ExecdPort)) + path
+	return strings.TrimSuffix(s.base.String(), "/") + path
 }
 
 // waitReady polls execd's /ping until it answers.
 func (s *Sandbox) waitReady(ctx context.Context, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	if err := s.r.c.access.refused(ctx, s.client, s.url("/ping")); err != nil {
+		return err
+	}
 	if !execd.WaitRemote(ctx, s.client, s.url("/ping"), http.Header{tokenHeader: {s.token}}) {
 		return fmt.Errorf("%w: hybox-execd in Pod %s (%s) did not answer within %s", runtimes.ErrUnavailable,
 			podName(s.spec.ID), s.addr, timeout)
@@ -146,7 +146,7 @@ func (s *Sandbox) waitReady(ctx context.Context, timeout time.Duration) error {
 // Addr is the Pod's IP.
 func (s *Sandbox) Addr() netip.Addr { return s.addr }
 
-// Execd proxies to hybox-execd on the Pod's IP with the sandbox's token.
+// Execd proxies to the Pod's hybox-execd with the sandbox's token.
 func (s *Sandbox) Execd() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// The claim routes of a pool member are the server's alone.
@@ -167,9 +167,9 @@ func (s *Sandbox) RunCode(ctx context.Context, req api.CodeRunRequest, sink exec
 	return execd.RunCodeRemote(ctx, s.client, s.url("/code"), http.Header{tokenHeader: {s.token}}, "Pod "+podName(s.spec.ID), req, sink)
 }
 
-// Proxy reverse-proxies to port on the Pod's IP.
+// Proxy reverse-proxies to port of the Pod.
 func (s *Sandbox) Proxy(port int) (http.Handler, error) {
-	return ingress.PortProxy(s.spec.ID, s.addr.String(), port, s.r.c.opts.Logger), nil
+	return ingress.PortProxyVia(s.spec.ID, s.r.c.access.base(podName(s.spec.ID), s.addr, port), port, s.rt, s.r.c.opts.Logger), nil
 }
 
 // Pause is not supported: the Kubernetes API has no way to freeze a Pod's
@@ -195,7 +195,7 @@ func (s *Sandbox) Resume(ctx context.Context) error {
 func (s *Sandbox) Close(ctx context.Context) error {
 	s.stopWatch()
 	s.watching.Wait()
-	s.tr.CloseIdleConnections()
+	s.closeIdle()
 	if s.agent != nil {
 		s.agent.CloseIdleConnections()
 	}

@@ -67,6 +67,8 @@ type serveProc struct {
 	cmd  *exec.Cmd
 	log  *bytes.Buffer
 	done chan struct{}
+	// restart starts the same configuration again (serveK8sProc).
+	restart func()
 }
 
 // freeAddr returns a loopback address nothing listens on.
@@ -243,6 +245,23 @@ func TestServeKubernetes(t *testing.T) {
 // stopped when t ends.
 func serveK8s(t *testing.T, env *k8stest.Env, extra string) (do func(method, path, body string) (int, []byte), restart func()) {
 	t.Helper()
+	srv := serveK8sProc(t, env, extra, "")
+	do = func(method, path, body string) (int, []byte) {
+		t.Helper()
+		return srv.do(method, path, body)
+	}
+	restart = func() {
+		t.Helper()
+		srv.stop()
+		srv.restart()
+	}
+	return do, restart
+}
+
+// serveK8sProc is serveK8s's server, with the [kubernetes] settings kube
+// added; restart starts its configuration again.
+func serveK8sProc(t *testing.T, env *k8stest.Env, extra, kube string) *serveProc {
+	t.Helper()
 	execdImage := env.ExecdImage(t)
 	_, guests := hyboxBinary(t)
 	dir := t.TempDir()
@@ -261,16 +280,14 @@ enabled = true
 kubeconfig = %q
 namespace = %q
 execd_image = %q
-`, addr, filepath.Join(dir, "data"), key, extra, guests, env.Kubeconfig, k8stest.Namespace, execdImage)
+%s
+`, addr, filepath.Join(dir, "data"), key, extra, guests, env.Kubeconfig, k8stest.Namespace, execdImage, kube)
 	srv := startServe(t, dir, "hybox", addr, key, toml)
-	do = func(method, path, body string) (int, []byte) {
-		t.Helper()
-		return srv.do(method, path, body)
-	}
+	var restart func()
 	restart = func() {
-		t.Helper()
-		srv.stop()
-		srv = startServe(t, dir, "hybox", addr, key, toml)
+		*srv = *startServe(t, dir, "hybox", addr, key, toml)
+		srv.restart = restart
 	}
-	return do, restart
+	srv.restart = restart
+	return srv
 }
