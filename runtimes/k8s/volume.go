@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -77,15 +79,90 @@ func (r *Runtime) checkVolumes(ctx context.Context, spec runtimes.Spec) error {
 				return bad("pvc.storage %q is no positive quantity (for example 1Gi)", v.Storage)
 			}
 		}
-		_, err := r.c.client.CoreV1().PersistentVolumeClaims(r.c.opts.Namespace).Get(ctx, v.Claim, metav1.GetOptions{})
+		pvc, err := r.c.client.CoreV1().PersistentVolumeClaims(r.c.opts.Namespace).Get(ctx, v.Claim, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err) && !v.CreateClaim:
 			return bad("PersistentVolumeClaim %s does not exist in namespace %s and createIfNotExists is false", v.Claim, r.c.opts.Namespace)
 		case err != nil && !apierrors.IsNotFound(err):
 			return r.apiError("get PersistentVolumeClaim "+v.Claim, err)
 		}
+		var class *string
+		size := defaultClaimSize
+		if v.Storage != "" {
+			size = resource.MustParse(v.Storage)
+		}
+		if err == nil {
+			if pvc.Status.Phase == corev1.ClaimBound {
+				continue
+			}
+			class, size = pvc.Spec.StorageClassName, pvc.Spec.Resources.Requests[corev1.ResourceStorage]
+		}
+		if why := r.unbindable(ctx, v.Claim, class, size); why != "" {
+			return bad("PersistentVolumeClaim %s would never be bound: %s", v.Claim, why)
+		}
 	}
 	return nil
+}
+
+// unbindable says why the claim named claim, of StorageClass class (nil:
+// the default class; "": none) for size, cannot be bound, "" when it can or when the
+// server may not look: a class that exists (or the cluster's default) is
+// trusted to provision; without one, an unbound PersistentVolume of the
+// class, ReadWriteOnce, large enough and free or reserved for the claim,
+// must wait for it. A Pod of such
+// a claim would otherwise stay Pending until the create times out.
+func (r *Runtime) unbindable(ctx context.Context, claim string, class *string, size resource.Quantity) string {
+	classes, err := r.c.client.StorageV1().StorageClasses().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		r.c.opts.Logger.Debug("cannot list StorageClasses; not checking that a claim can be bound", "err", err)
+		return ""
+	}
+	want := ""
+	if class != nil {
+		want = *class
+	}
+	for _, sc := range classes.Items {
+		if class == nil && sc.Annotations["storageclass.kubernetes.io/is-default-class"] == "true" {
+			return ""
+		}
+		if class != nil && want != "" && sc.Name == want {
+			return ""
+		}
+	}
+	pvs, err := r.c.client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		r.c.opts.Logger.Debug("cannot list PersistentVolumes; not checking that a claim can be bound", "err", err)
+		return ""
+	}
+	for _, pv := range pvs.Items {
+		c := pv.Spec.Capacity[corev1.ResourceStorage]
+		ref := pv.Spec.ClaimRef
+		free := ref == nil || (ref.Namespace == r.c.opts.Namespace && ref.Name == claim)
+		// A volume just made has no phase until the controller sees it.
+		open := pv.Status.Phase == corev1.VolumeAvailable || pv.Status.Phase == corev1.VolumePending || pv.Status.Phase == ""
+		if free && open && pv.Spec.StorageClassName == want && c.Cmp(size) >= 0 &&
+			slices.Contains(pv.Spec.AccessModes, corev1.ReadWriteOnce) {
+			return ""
+		}
+	}
+	what, pv := "the cluster has no default StorageClass", "without a class"
+	if want != "" {
+		what, pv = "the cluster has no StorageClass "+want, "of class "+want
+	}
+	return fmt.Sprintf("%s and no free ReadWriteOnce PersistentVolume %s of %s or more (StorageClasses: %s)",
+		what, pv, size.String(), classNames(classes.Items))
+}
+
+// classNames lists StorageClasses for a message.
+func classNames(items []storagev1.StorageClass) string {
+	if len(items) == 0 {
+		return "none"
+	}
+	names := make([]string, 0, len(items))
+	for _, sc := range items {
+		names = append(names, sc.Name)
+	}
+	return strings.Join(names, ", ")
 }
 
 // addVolumes mounts spec's volumes into the sandbox container of p: a

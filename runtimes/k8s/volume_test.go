@@ -87,6 +87,8 @@ func TestVolumes(t *testing.T) {
 			{"claim name", runtimes.Volume{Name: "v", Managed: true, Claim: "Bad_Name", CreateClaim: true, MountPath: "/data"}, "claimName"},
 			{"claim subPath", runtimes.Volume{Name: "v", Managed: true, Claim: "c", CreateClaim: true, SubPath: "/abs", MountPath: "/data"}, "subPath"},
 			{"claim storage", runtimes.Volume{Name: "v", Managed: true, Claim: "c", CreateClaim: true, Storage: "lots", MountPath: "/data"}, "storage"},
+			// The test cluster has no StorageClass and no free volume.
+			{"claim nothing can bind", runtimes.Volume{Name: "v", Managed: true, Claim: "never-bound", CreateClaim: true, MountPath: "/data"}, "would never be bound"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				spec := runtimes.Spec{ID: "badvol-" + suffix(), Image: image, Volumes: []runtimes.Volume{tc.vol}}
