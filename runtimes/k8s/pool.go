@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/hybox-dev/hybox/execd"
 	"github.com/hybox-dev/hybox/runtimes"
@@ -183,20 +184,31 @@ func (r *Runtime) Claim(ctx context.Context, member runtimes.Sandbox, spec runti
 func (r *Runtime) resize(ctx context.Context, spec runtimes.Spec) error {
 	pods := r.c.client.CoreV1().Pods(r.c.opts.Namespace)
 	name := podName(spec.ID)
-	pod, err := pods.Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return r.apiError("get Pod "+name, err)
-	}
 	want := r.limits(spec)
-	for i := range pod.Spec.Containers {
-		if c := &pod.Spec.Containers[i]; c.Name == containerName {
-			// Requests follow the limits as at create (resources): the
-			// Pod's QoS class may not change.
-			c.Resources = resources(want)
+	var pod *corev1.Pod
+	var apiErr error
+	// The kubelet's status updates (and the claim's relabel) change the
+	// Pod's resourceVersion under the resize: a conflict reads it again.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		p, err := pods.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			apiErr = r.apiError("get Pod "+name, err)
+			return apiErr
 		}
-	}
-	pod, err = pods.UpdateResize(ctx, name, pod, metav1.UpdateOptions{})
-	if err != nil {
+		for i := range p.Spec.Containers {
+			if c := &p.Spec.Containers[i]; c.Name == containerName {
+				// Requests follow the limits as at create (resources): the
+				// Pod's QoS class may not change.
+				c.Resources = resources(want)
+			}
+		}
+		pod, err = pods.UpdateResize(ctx, name, p, metav1.UpdateOptions{})
+		return err
+	})
+	switch {
+	case apiErr != nil:
+		return apiErr
+	case err != nil:
 		return fmt.Errorf("%w: resize Pod %s to the claim's limits: %v", runtimes.ErrNotSupported, name, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.c.opts.ReadyTimeout)
