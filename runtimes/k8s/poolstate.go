@@ -118,23 +118,7 @@ func (s *State) CreateMember(ctx context.Context, m shared.Member) error {
 	if err != nil {
 		return err
 	}
-	obj := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": SandboxGroup + "/" + SandboxVersion,
-		"kind":       "Sandbox",
-		"metadata": map[string]any{
-			"name":   m.ID,
-			"labels": map[string]any{LabelManagedBy: managedBy, LabelSandbox: m.ID, LabelPoolMember: m.Pool},
-		},
-		"spec":   spec,
-		"status": map[string]any{"state": StatePooled},
-	}}
-	if _, err := s.res().Create(ctx, obj, metav1.CreateOptions{}); err != nil {
-		if apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("%w: Sandbox %s exists", errdefs.ErrConflict, m.ID)
-		}
-		return s.apiError("create pool member "+m.ID, err)
-	}
-	return nil
+	return s.createSandbox(ctx, m.ID, map[string]any{LabelPoolMember: m.Pool}, spec, map[string]any{"state": StatePooled}, "create pool member "+m.ID)
 }
 
 // memberTest is the JSON patch operation that fails unless the resource is

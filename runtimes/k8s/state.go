@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -333,21 +334,27 @@ func (s *State) Create(ctx context.Context, r shared.Record) error {
 	if err != nil {
 		return err
 	}
+	return s.createSandbox(ctx, r.ID, nil, spec, status, "create Sandbox "+r.ID)
+}
+
+// createSandbox creates the Sandbox resource id with labels (beside the
+// managed-by and sandbox ones), spec and status; one that exists is
+// errdefs.ErrConflict, other failures are what, with the API's reason.
+func (s *State) createSandbox(ctx context.Context, id string, labels map[string]any, spec, status map[string]any, what string) error {
+	all := map[string]any{LabelManagedBy: managedBy, LabelSandbox: id}
+	maps.Copy(all, labels)
 	obj := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": SandboxGroup + "/" + SandboxVersion,
 		"kind":       "Sandbox",
-		"metadata": map[string]any{
-			"name":   r.ID,
-			"labels": map[string]any{LabelManagedBy: managedBy, LabelSandbox: r.ID},
-		},
-		"spec":   spec,
-		"status": status,
+		"metadata":   map[string]any{"name": id, "labels": all},
+		"spec":       spec,
+		"status":     status,
 	}}
 	if _, err := s.res().Create(ctx, obj, metav1.CreateOptions{}); err != nil {
 		if apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("%w: Sandbox %s exists", errdefs.ErrConflict, r.ID)
+			return fmt.Errorf("%w: Sandbox %s exists", errdefs.ErrConflict, id)
 		}
-		return s.apiError("create Sandbox "+r.ID, err)
+		return s.apiError(what, err)
 	}
 	return nil
 }
