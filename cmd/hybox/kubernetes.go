@@ -103,6 +103,13 @@ func replicaAddress(cfg *config) (string, error) {
 // kubernetesTimeout bounds every call to the API server.
 const kubernetesTimeout = 15 * time.Second
 
+// The server's client-side rate limit on the API server (requests a
+// second, and the burst above it).
+const (
+	kubernetesQPS   = 100
+	kubernetesBurst = 200
+)
+
 // kubernetesRuntimes connects to the cluster of cfg.Kubernetes and returns
 // one runtime per configured RuntimeClass, in name order.
 //
@@ -136,6 +143,10 @@ func kubernetesRuntimes(ctx context.Context, cfg *config, log *slog.Logger) (*k8
 	}
 	// No call hangs on an API server that does not answer.
 	rc.Timeout = kubernetesTimeout
+	// client-go's default client-side limit (5 requests a second, bursts
+	// of 10) queued a pool claim behind the replicas' own syncs for
+	// 0.8 s; the API server's own priority and fairness protects it.
+	rc.QPS, rc.Burst = kubernetesQPS, kubernetesBurst
 	replica := ""
 	if kc.SharedState {
 		replica = replicaName(kc)

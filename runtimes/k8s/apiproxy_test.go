@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -183,5 +184,50 @@ func TestServeAPIProxy(t *testing.T) {
 	st, b = srv.do("POST", "/v1/sandboxes", fmt.Sprintf(`{"image":{"uri":%q},"entrypoint":["sleep","infinity"],"networkPolicy":{"defaultAction":"deny","egress":[]}}`, image))
 	if st != http.StatusBadRequest || !bytes.Contains(b, []byte("api-proxy")) {
 		t.Errorf("a create with a policy: %d %s, want 400 naming api-proxy", st, b)
+	}
+}
+
+// BenchmarkAccessCommand: one runc Pod sandbox per access mode, then a
+// command (`echo hi`) to its result, each iteration one command: what the
+// API server's Pod proxy adds to every request. Reports p50 and p99.
+//
+//	go test -trimpath ./runtimes/k8s -run '^$' -bench AccessCommand -benchtime 200x
+func BenchmarkAccessCommand(b *testing.B) {
+	env := k8stest.Cluster(b)
+	execdImage := env.ExecdImage(b)
+	image := env.Image(b)
+	for _, access := range []string{k8s.AccessPodIP, k8s.AccessAPIProxy} {
+		b.Run(access, func(b *testing.B) {
+			c, err := k8s.New(context.Background(), k8s.Options{Config: env.Config, Namespace: k8stest.Namespace,
+				ExecdImage: execdImage, ReadyTimeout: 2 * time.Minute, Access: access})
+			if err != nil {
+				b.Fatal(err)
+			}
+			rt := c.Runtime("runc", "runc")
+			ctx := context.Background()
+			spec := runtimes.Spec{ID: "bench-" + suffix(), Image: image, Entrypoint: []string{"sleep", "infinity"}}
+			sb, err := rt.Create(ctx, spec)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() {
+				_ = sb.Close(ctx)
+				_ = rt.Destroy(ctx, spec)
+			})
+			var took []time.Duration
+			for b.Loop() {
+				begin := time.Now()
+				rec := httptest.NewRecorder()
+				req := httptest.NewRequest(http.MethodPost, "/command", strings.NewReader(`{"command":"echo hi"}`))
+				req.Header.Set("Content-Type", "application/json")
+				sb.Execd().ServeHTTP(rec, req)
+				took = append(took, time.Since(begin))
+				if rec.Code != 200 || !strings.Contains(rec.Body.String(), "hi") {
+					b.Fatalf("command: %d %s", rec.Code, rec.Body)
+				}
+			}
+			b.ReportMetric(pct(took, 50), "command-p50-ms")
+			b.ReportMetric(pct(took, 99), "command-p99-ms")
+		})
 	}
 }
