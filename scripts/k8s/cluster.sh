@@ -37,6 +37,12 @@ K8S_DIR=${HYBOX_K8S_DIR:-/var/lib/hybox-k8s}
 CACHE=${HYBOX_K8S_CACHE:-/var/cache/hybox/k8s}
 GVISOR_CACHE=${HYBOX_GVISOR_CACHE:-/var/cache/hybox/gvisor}
 BRIDGE=hyk8s0
+# A bridge without an address of its own takes the lowest of its ports'
+# (the Pods' veths), so it changed as Pods came and went, and a Pod whose
+# neighbour entry still held the old one lost its packets to the node until
+# TCP had retransmitted seven times (25.4 s): a fixed, locally administered
+# address.
+BRIDGE_MAC=02:68:79:6b:38:73
 SUBNET=10.248.0.0/24
 NODE_IP=10.248.0.1
 SERVICE_RANGE=10.249.0.0/24
@@ -374,7 +380,7 @@ cmd_up() {
 	for u in kube-controller-manager kube-scheduler kubelet; do kubeconfig "$K8S_DIR/$u.kubeconfig" "$u"; done
 
 	say "bridge $BRIDGE with $NODE_IP (the node's address; no NAT)"
-	ip link add "$BRIDGE" type bridge
+	ip link add "$BRIDGE" address "$BRIDGE_MAC" type bridge
 	ip addr add "$NODE_IP/${SUBNET#*/}" dev "$BRIDGE"
 	ip link set "$BRIDGE" up
 
