@@ -24,7 +24,7 @@ func testRuntime(t *testing.T) *Runtime {
 	if err := o.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	return (&Cluster{opts: o}).Runtime("runsc", "gvisor")
+	return (&Cluster{opts: o, access: &podAccess{ns: o.Namespace}}).Runtime("runsc", "gvisor")
 }
 
 func TestPod(t *testing.T) {
@@ -152,7 +152,7 @@ func TestPodEgress(t *testing.T) {
 	if err := o.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	c := &Cluster{opts: o, handlers: map[string]string{"runc": "runc", "gvisor": "gvisor"}}
+	c := &Cluster{opts: o, access: &podAccess{ns: o.Namespace}, handlers: map[string]string{"runc": "runc", "gvisor": "gvisor"}}
 	spec := runtimes.Spec{ID: "abc", Image: "localhost/img:1", Env: map[string]string{"SSL_CERT_FILE": "/mine"}, Egress: ctl}
 	eg, err := c.Runtime("runc", "runc").egressOf(spec)
 	if err != nil {
