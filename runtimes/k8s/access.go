@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
@@ -108,31 +109,37 @@ func (a *podAccess) agentRefusal(runtime string) error {
 		runtimes.ErrNotSupported, runtime, AccessAPIProxy, AccessPodIP)
 }
 
-// refused asks the API server's Pod proxy for url once and says whether
-// the API server itself turned the request away (401 or 403 with its own
+// probe asks the API server's Pod proxy for url once (execd's /ping): true
+// when execd answered 200 (no further wait needed), and an error when the
+// API server itself turned the request away (401 or 403 with its own
 // Status body): the server's credentials lack pods/proxy, which no retry
-// mends. nil otherwise, and always when Pods are reached on their IPs.
-func (a *podAccess) refused(ctx context.Context, client *http.Client, url string) error {
+// mends. (false, nil) otherwise, and always when Pods are reached on their
+// IPs.
+func (a *podAccess) probe(ctx context.Context, client *http.Client, url string, header http.Header) (bool, error) {
 	if !a.viaAPI {
-		return nil
+		return false, nil
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return nil
+		return false, nil
 	}
+	maps.Copy(req.Header, header)
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil
+		return false, nil
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusOK {
+		return true, nil
+	}
 	if resp.StatusCode != http.StatusUnauthorized && resp.StatusCode != http.StatusForbidden {
-		return nil
+		return false, nil
 	}
 	var st metav1.Status
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if json.Unmarshal(b, &st) != nil || st.Kind != "Status" {
-		return nil
+		return false, nil
 	}
-	return fmt.Errorf("%w: the Kubernetes API server refused its Pod proxy (%d %s): the server's credentials need pods/proxy (get, create) in namespace %s for kubernetes.execd_access = %q",
+	return false, fmt.Errorf("%w: the Kubernetes API server refused its Pod proxy (%d %s): the server's credentials need pods/proxy (get, create) in namespace %s for kubernetes.execd_access = %q",
 		runtimes.ErrUnavailable, resp.StatusCode, st.Message, a.ns, AccessAPIProxy)
 }

@@ -1,7 +1,9 @@
 package k8s_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -63,13 +65,10 @@ func BenchmarkCreateFirstCommand(b *testing.B) {
 					b.Fatal(err)
 				}
 				created = append(created, time.Since(begin))
-				rec := httptest.NewRecorder()
-				req := httptest.NewRequest(http.MethodPost, "/command", strings.NewReader(`{"command":"echo hi"}`))
-				req.Header.Set("Content-Type", "application/json")
-				sb.Execd().ServeHTTP(rec, req)
+				code, out := execdCommand(sb, "echo hi")
 				first = append(first, time.Since(begin))
-				if rec.Code != 200 || !strings.Contains(rec.Body.String(), "hi") {
-					b.Fatalf("command: %d %s", rec.Code, rec.Body)
+				if code != 200 || !strings.Contains(out, "hi") {
+					b.Fatalf("command: %d %s", code, out)
 				}
 				b.StopTimer()
 				_ = sb.Close(ctx)
@@ -158,14 +157,22 @@ func BenchmarkPoolClaimFirstCommand(b *testing.B) {
 
 // firstCommand runs `echo $GREETING` in sb and returns the answer's body.
 func firstCommand(b *testing.B, sb runtimes.Sandbox) string {
+	code, out := execdCommand(sb, "echo $GREETING")
+	if code != 200 {
+		b.Fatalf("command: %d %s", code, out)
+	}
+	return out
+}
+
+// execdCommand runs command through sb's execd proxy (POST /command) and
+// returns the status and the whole streamed answer.
+func execdCommand(sb runtimes.Sandbox, command string) (int, string) {
+	body, _ := json.Marshal(map[string]string{"command": command})
 	rec := httptest.NewRecorder()
-	req := httptest.NewRequest(http.MethodPost, "/command", strings.NewReader(`{"command":"echo $GREETING"}`))
+	req := httptest.NewRequest(http.MethodPost, "/command", bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	sb.Execd().ServeHTTP(rec, req)
-	if rec.Code != 200 {
-		b.Fatalf("command: %d %s", rec.Code, rec.Body)
-	}
-	return rec.Body.String()
+	return rec.Code, rec.Body.String()
 }
 
 // BenchmarkPoolClaimMany: n members started ahead (clock stopped; n is

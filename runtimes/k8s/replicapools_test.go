@@ -56,17 +56,7 @@ func TestReplicaPools(t *testing.T) {
 	}
 	leader := func(not string) string {
 		t.Helper()
-		deadline := time.Now().Add(time.Minute)
-		for {
-			l, err := leases.Get(ctx, k8s.LeaseName, metav1.GetOptions{})
-			if err == nil && l.Spec.HolderIdentity != nil && procs[*l.Spec.HolderIdentity] != nil && *l.Spec.HolderIdentity != not {
-				return *l.Spec.HolderIdentity
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no replica but %q leads (lease %v, err %v)", not, l, err)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
+		return waitLeader(t, env, procs, not)
 	}
 	lead := leader("")
 	other := "replica-a"
@@ -305,5 +295,23 @@ func TestReplicaPools(t *testing.T) {
 			t.Fatalf("left after the pool and its sandboxes were deleted: %v", left)
 		}
 		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// waitLeader waits (a minute at most) until one of procs other than not
+// holds the leader's Lease, and returns its name.
+func waitLeader(t testing.TB, env *k8stest.Env, procs map[string]*serveProc, not string) string {
+	t.Helper()
+	leases := env.Client.CoordinationV1().Leases(k8stest.Namespace)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		l, err := leases.Get(context.Background(), k8s.LeaseName, metav1.GetOptions{})
+		if err == nil && l.Spec.HolderIdentity != nil && procs[*l.Spec.HolderIdentity] != nil && *l.Spec.HolderIdentity != not {
+			return *l.Spec.HolderIdentity
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no replica but %q leads (lease %v, err %v)", not, l, err)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }

@@ -90,21 +90,13 @@ func BenchmarkReplicaPoolClaim(b *testing.B) {
 		"bench-pool-a": startServe(b, dir, "a", addrA, key, replicaConfig(env, execdImage, guests, "bench-pool-a", addrA, filepath.Join(dir, "a"), key)),
 		"bench-pool-b": startServe(b, dir, "b", addrB, key, replicaConfig(env, execdImage, guests, "bench-pool-b", addrB, filepath.Join(dir, "b"), key)),
 	}
-	// The replica that does not lead claims; wait for the lead to settle.
+	// The replica that does not lead claims.
+	lead := waitLeader(b, env, procs, "")
 	var claimer *serveProc
-	deadline := time.Now().Add(time.Minute)
-	for claimer == nil {
-		l, err := env.Client.CoordinationV1().Leases(k8stest.Namespace).Get(context.Background(), k8s.LeaseName, metav1.GetOptions{})
-		if err == nil && l.Spec.HolderIdentity != nil && procs[*l.Spec.HolderIdentity] != nil {
-			for name, p := range procs {
-				if name != *l.Spec.HolderIdentity {
-					claimer = p
-				}
-			}
-		} else if time.Now().After(deadline) {
-			b.Fatalf("no bench replica leads (%v)", err)
+	for name, p := range procs {
+		if name != lead {
+			claimer = p
 		}
-		time.Sleep(100 * time.Millisecond)
 	}
 	if st, body := claimer.do("POST", "/v1/pools", fmt.Sprintf(`{"name":"bench-shared","template":{"image":{"uri":%q},"runtime":"runc","resourceLimits":{"memory":"128Mi"}},
 		"capacitySpec":{"bufferMin":2,"bufferMax":2,"poolMin":0,"poolMax":8}}`, image)); st != http.StatusCreated {

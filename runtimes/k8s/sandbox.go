@@ -133,10 +133,11 @@ func (s *Sandbox) url(path string) string {
 func (s *Sandbox) waitReady(ctx context.Context, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	if err := s.r.c.access.refused(ctx, s.client, s.url("/ping")); err != nil {
+	hdr := http.Header{tokenHeader: {s.token}}
+	if ok, err := s.r.c.access.probe(ctx, s.client, s.url("/ping"), hdr); ok || err != nil {
 		return err
 	}
-	if !execd.WaitRemote(ctx, s.client, s.url("/ping"), http.Header{tokenHeader: {s.token}}) {
+	if !execd.WaitRemote(ctx, s.client, s.url("/ping"), hdr) {
 		return fmt.Errorf("%w: hybox-execd in Pod %s (%s) did not answer within %s", runtimes.ErrUnavailable,
 			podName(s.spec.ID), s.addr, timeout)
 	}

@@ -55,6 +55,7 @@ func (r *Runtime) checkVolumes(ctx context.Context, spec runtimes.Spec) error {
 	if _, err := runtimes.Targets(spec.Volumes, reservedMounts...); err != nil {
 		return err
 	}
+	st := &storageLists{r: r}
 	for i, v := range spec.Volumes {
 		bad := func(format string, args ...any) error {
 			return fmt.Errorf("%w: volume %s: %s", runtimes.ErrInvalid, v.Label(i), fmt.Sprintf(format, args...))
@@ -97,31 +98,61 @@ func (r *Runtime) checkVolumes(ctx context.Context, spec runtimes.Spec) error {
 			}
 			class, size = pvc.Spec.StorageClassName, pvc.Spec.Resources.Requests[corev1.ResourceStorage]
 		}
-		if why := r.unbindable(ctx, v.Claim, class, size); why != "" {
+		if why := st.unbindable(ctx, v.Claim, class, size); why != "" {
 			return bad("PersistentVolumeClaim %s would never be bound: %s", v.Claim, why)
 		}
 	}
 	return nil
 }
 
-// unbindable says why the claim named claim, of StorageClass class (nil:
-// the default class; "": none) for size, cannot be bound, "" when it can or when the
-// server may not look: a class that exists (or the cluster's default) is
-// trusted to provision; without one, an unbound PersistentVolume of the
-// class, ReadWriteOnce, large enough and free or reserved for the claim,
-// must wait for it. A Pod of such
-// a claim would otherwise stay Pending until the create times out.
-func (r *Runtime) unbindable(ctx context.Context, claim string, class *string, size resource.Quantity) string {
-	classes, err := r.c.client.StorageV1().StorageClasses().List(ctx, metav1.ListOptions{})
+// storageLists are the cluster's StorageClasses and PersistentVolumes,
+// listed at most once per create (checkVolumes), and only when one of its
+// claims is not bound.
+type storageLists struct {
+	r       *Runtime
+	listed  bool
+	ok      bool // both lists were read
+	classes []storagev1.StorageClass
+	pvs     []corev1.PersistentVolume
+}
+
+// list reads both lists the first time; false when the server may not
+// (then nothing is checked).
+func (st *storageLists) list(ctx context.Context) bool {
+	if st.listed {
+		return st.ok
+	}
+	st.listed = true
+	classes, err := st.r.c.client.StorageV1().StorageClasses().List(ctx, metav1.ListOptions{})
 	if err != nil {
-		r.c.opts.Logger.Debug("cannot list StorageClasses; not checking that a claim can be bound", "err", err)
+		st.r.c.opts.Logger.Debug("cannot list StorageClasses; not checking that a claim can be bound", "err", err)
+		return false
+	}
+	pvs, err := st.r.c.client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		st.r.c.opts.Logger.Debug("cannot list PersistentVolumes; not checking that a claim can be bound", "err", err)
+		return false
+	}
+	st.classes, st.pvs, st.ok = classes.Items, pvs.Items, true
+	return true
+}
+
+// unbindable says why the claim named claim, of StorageClass class (nil:
+// the default class; "": none) for size, cannot be bound, "" when it can
+// or when the server may not look: a class that exists (or the cluster's
+// default) is trusted to provision; without one, an unbound
+// PersistentVolume of the class, ReadWriteOnce, large enough and free or
+// reserved for the claim, must wait for it. A Pod of such a claim would
+// otherwise stay Pending until the create times out.
+func (st *storageLists) unbindable(ctx context.Context, claim string, class *string, size resource.Quantity) string {
+	if !st.list(ctx) {
 		return ""
 	}
 	want := ""
 	if class != nil {
 		want = *class
 	}
-	for _, sc := range classes.Items {
+	for _, sc := range st.classes {
 		if class == nil && sc.Annotations["storageclass.kubernetes.io/is-default-class"] == "true" {
 			return ""
 		}
@@ -129,15 +160,10 @@ func (r *Runtime) unbindable(ctx context.Context, claim string, class *string, s
 			return ""
 		}
 	}
-	pvs, err := r.c.client.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		r.c.opts.Logger.Debug("cannot list PersistentVolumes; not checking that a claim can be bound", "err", err)
-		return ""
-	}
-	for _, pv := range pvs.Items {
+	for _, pv := range st.pvs {
 		c := pv.Spec.Capacity[corev1.ResourceStorage]
 		ref := pv.Spec.ClaimRef
-		free := ref == nil || (ref.Namespace == r.c.opts.Namespace && ref.Name == claim)
+		free := ref == nil || (ref.Namespace == st.r.c.opts.Namespace && ref.Name == claim)
 		// A volume just made has no phase until the controller sees it.
 		open := pv.Status.Phase == corev1.VolumeAvailable || pv.Status.Phase == corev1.VolumePending || pv.Status.Phase == ""
 		if free && open && pv.Spec.StorageClassName == want && c.Cmp(size) >= 0 &&
@@ -150,7 +176,7 @@ func (r *Runtime) unbindable(ctx context.Context, claim string, class *string, s
 		what, pv = "the cluster has no StorageClass "+want, "of class "+want
 	}
 	return fmt.Sprintf("%s and no free ReadWriteOnce PersistentVolume %s of %s or more (StorageClasses: %s)",
-		what, pv, size.String(), classNames(classes.Items))
+		what, pv, size.String(), classNames(st.classes))
 }
 
 // classNames lists StorageClasses for a message.
