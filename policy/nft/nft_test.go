@@ -889,3 +889,49 @@ func TestGuardAndBypassMark(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "control", got)
 }
+
+// TestEnforceAfterUnrestricted: connections made while a namespace was
+// unrestricted (a pool member, a sandbox before its first policy) are
+// tracked from the start, so a policy applied later keeps the inbound
+// ones, even when the namespace's side sends first (the answer to a
+// request that came before the policy): untracked until then, its packet
+// would be new to the filter and rejected.
+func TestEnforceAfterUnrestricted(t *testing.T) {
+	top := newTopology(t)
+	sb, up := top.sandbox.Path, top.upstream.Path
+	const port = 9091
+	l, err := netns.ListenTCP(sb, ":"+strconv.Itoa(port))
+	require.NoError(t, err)
+	defer l.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if c, err := l.Accept(); err == nil {
+			accepted <- c
+		}
+	}()
+
+	tbl := open(t, sb)
+	require.NoError(t, tbl.Apply(nft.Rules{}, nil), "unrestricted")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	client, err := netns.Dial(ctx, up, "tcp", netip.AddrPortFrom(sandbox4, port).String())
+	require.NoError(t, err)
+	defer client.Close()
+	server := <-accepted
+	defer server.Close()
+	_, err = client.Write([]byte("request\n"))
+	require.NoError(t, err)
+	buf := make([]byte, 8)
+	_, err = io.ReadFull(server, buf)
+	require.NoError(t, err)
+
+	require.NoError(t, tbl.Apply(nft.Rules{Enforce: true}, nil), "deny everything")
+	assertTCPRejected(t, sb, up1, tcpPort)
+	_, err = server.Write([]byte("answer\n"))
+	require.NoError(t, err)
+	_ = client.SetReadDeadline(time.Now().Add(3 * time.Second))
+	got := make([]byte, 7)
+	_, err = io.ReadFull(client, got)
+	require.NoError(t, err, "the answer to a request made while unrestricted")
+	assert.Equal(t, "answer\n", string(got))
+}

@@ -18,6 +18,7 @@ const (
 	chainDeny     = "deny"     // reject: tcp reset, else icmpx admin-prohibited
 	chainRedirect = "redirect" // base: nat hook output priority -100
 	chainGuard    = "guard"    // base: filter hook output priority -160
+	chainTrack    = "track"    // base: filter hook output priority -150, unrestricted only
 )
 
 // Priorities: the filter runs before NAT rewrites the destination.
@@ -83,11 +84,49 @@ func build(c *nftables.Conn, r Rules, learned, blocked [2][]nftables.SetElement)
 		if err := buildFilter(c, table, r, [2]*nftables.Set{set4, set6}, [2]*nftables.Set{blk4, blk6}, &ids); err != nil {
 			return err
 		}
+	} else {
+		buildTrack(c, table)
 	}
 	if r.RedirectPort != 0 {
 		buildRedirect(c, table, r.RedirectPort, r.BypassMark)
 	}
 	return nil
+}
+
+// buildTrack queues a chain that filters nothing but uses connection
+// tracking, which the kernel runs in a namespace only while its ruleset
+// needs it:
+//
+//	chain track { type filter hook output priority -150; ct state established,related accept }
+//
+// Without it, an unrestricted namespace tracks nothing, and a policy
+// applied later (a pool member's at claim, a sandbox's first) would meet
+// its open connections mid-stream: the first packet the namespace sends
+// on one, the answer to a request that came before, is new to the filter
+// and rejected.
+func buildTrack(c *nftables.Conn, table *nftables.Table) {
+	track := c.AddChain(&nftables.Chain{
+		Name:     chainTrack,
+		Table:    table,
+		Type:     nftables.ChainTypeFilter,
+		Hooknum:  nftables.ChainHookOutput,
+		Priority: filterPriority,
+	})
+	c.AddRule(&nftables.Rule{Table: table, Chain: track, Exprs: ctEstablished(&expr.Verdict{Kind: expr.VerdictAccept})})
+}
+
+// ctEstablished matches packets of established or related connections.
+func ctEstablished(v *expr.Verdict) []expr.Any {
+	return []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+		&expr.Bitwise{
+			SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED),
+			Xor:  make([]byte, 4),
+		},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
+		v,
+	}
 }
 
 // anonSet is the name template of anonymous sets; the kernel fills in
@@ -168,16 +207,7 @@ func buildFilter(c *nftables.Conn, table *nftables.Table, r Rules, learned, bloc
 	}
 	for _, exprs := range append(first, [][]expr.Any{
 		{loadMeta(expr.MetaKeyOIF), cmpEq(binaryutil.NativeEndian.PutUint32(loIndex)), accept},
-		{
-			&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
-			&expr.Bitwise{
-				SourceRegister: 1, DestRegister: 1, Len: 4,
-				Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED),
-				Xor:  make([]byte, 4),
-			},
-			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
-			accept,
-		},
+		ctEstablished(accept),
 		{
 			loadMeta(expr.MetaKeyL4PROTO),
 			&expr.Lookup{SourceRegister: 1, SetName: protos.Name, SetID: protos.ID},
