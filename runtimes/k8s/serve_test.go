@@ -65,10 +65,29 @@ type serveProc struct {
 	base string
 	key  string
 	cmd  *exec.Cmd
-	log  *bytes.Buffer
+	log  *logBuffer
 	done chan struct{}
 	// restart starts the same configuration again (serveK8sProc).
 	restart func()
+}
+
+// logBuffer is a server's output: written by the process's copying
+// goroutines, read by the test while the server runs.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // freeAddr returns a loopback address nothing listens on.
@@ -98,7 +117,7 @@ func startServeEnv(t testing.TB, dir, name, addr, key, toml string, env ...strin
 	if err := os.WriteFile(conf, []byte(toml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p := &serveProc{t: t, base: "http://" + addr, key: key, log: &bytes.Buffer{}, done: make(chan struct{})}
+	p := &serveProc{t: t, base: "http://" + addr, key: key, log: &logBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, "serve", "--config", conf)
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
