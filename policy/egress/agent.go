@@ -226,12 +226,14 @@ func (a *Agent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// Apply puts an encoded state in force: the vault's content replaced, the
-// policy set (the firewall replaced, denied connections cut).
+// Apply puts an encoded state in force: the vault's content replaced (the
+// first vault of an agent made without one, a pool member's at claim,
+// starts its credential proxy), the policy set (the firewall replaced,
+// denied connections cut).
 //
 // # Errors
-// When the state does not decode, or the sandbox's vault presence
-// differs, or the firewall refuses the policy.
+// When the state does not decode, or drops the vault the agent has, or
+// the proxy or the firewall cannot be set up.
 func (a *Agent) Apply(b []byte) error {
 	st, err := decodeState(a.cfg.Key, a.cfg.ID, b)
 	if err != nil {
@@ -239,11 +241,12 @@ func (a *Agent) Apply(b []byte) error {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if (st.Vault == nil) != (a.c.vault == nil) {
-		return fmt.Errorf("%w: egress state: the sandbox's credential vault is fixed at create", errdefs.ErrInvalid)
-	}
-	if st.Vault != nil {
-		a.c.vault.Replace(st.Vault)
+	if st.Vault == nil {
+		if a.c.Vault() != nil {
+			return fmt.Errorf("%w: egress state: the sandbox has a credential vault, which stays once given (an empty one injects nothing)", errdefs.ErrInvalid)
+		}
+	} else if err := a.c.useVault(st.Vault, st.CA); err != nil {
+		return err
 	}
 	return a.c.SetPolicy(st.Policy)
 }

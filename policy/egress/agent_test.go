@@ -3,15 +3,19 @@ package egress
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybox-dev/hybox/internal/netns"
+	"github.com/hybox-dev/hybox/internal/netns/netnstest"
 	"github.com/hybox-dev/hybox/policy"
 	"github.com/hybox-dev/hybox/sdks/go/errdefs"
 	"github.com/hybox-dev/hybox/vault"
@@ -114,13 +118,70 @@ func TestAgent(t *testing.T) {
 		require.NoError(t, err)
 		resp.Body.Close()
 		assert.Equal(t, 404, resp.StatusCode)
-		// A state with a vault for an agent without one is refused.
-		ca, err := tproxy.NewCA("x")
-		require.NoError(t, err)
-		err = good.Push(context.Background(), State{Vault: vault.New(), CA: ca})
-		require.True(t, errors.Is(err, errdefs.ErrUnavailable), "%v", err)
-		assert.Contains(t, err.Error(), "fixed at create")
 	})
+	t.Run("VaultAtClaim", func(t *testing.T) {
+		// A pool member's agent is made without a vault; the claim's
+		// state brings one, and from then on the agent keeps it.
+		p := newAgentPair(t, e, Config{})
+		require.Nil(t, p.agent.Vault())
+		client, err := NewAgentClient(p.addr, p.cfg)
+		require.NoError(t, err)
+		ca, err := tproxy.NewCA("claim")
+		require.NoError(t, err)
+		v := vault.New()
+		_, err = v.Create(vault.CreateRequest{
+			Credentials: []vault.Credential{{Name: "tok", Source: vault.Source{Value: vault.NewSecret("s3cret")}}},
+			Bindings: []vault.Binding{{Name: "b", Match: vault.Match{Hosts: []string{"a.test"}},
+				Auth: vault.Auth{Type: vault.AuthBearer, Credential: "tok"}}},
+		}, func(string) error { return nil })
+		require.NoError(t, err)
+		require.NoError(t, client.Push(context.Background(), State{Policy: pol(policy.Deny, "allow a.test"), Vault: v, CA: ca}))
+		require.NotNil(t, p.agent.Vault(), "the claim's vault")
+		got, err := p.agent.Vault().Get()
+		require.NoError(t, err)
+		require.Len(t, got.Credentials, 1)
+		assert.Equal(t, "tok", got.Credentials[0].Name)
+		assert.Equal(t, ca.CertPEM(), p.agent.CA().CertPEM(), "the claim's CA signs what the proxy intercepts")
+		assert.Equal(t, "a.test", p.agent.Policy().Policy().Egress[0].Target)
+		// A state without it is refused: the vault stays.
+		err = client.Push(context.Background(), State{})
+		require.ErrorIs(t, err, errdefs.ErrUnavailable)
+		assert.Contains(t, err.Error(), "stays once given")
+		assert.NotNil(t, p.agent.Vault())
+		assert.False(t, p.agent.Policy().DefaultAllow(), "nothing of a refused state is applied")
+	})
+}
+
+// TestAgentVaultLive needs root: an agent enforcing a namespace without a
+// vault starts its credential proxy there when a state brings one (a pool
+// member's claim), and the firewall sends connections to it.
+func TestAgentVaultLive(t *testing.T) {
+	ns := netnstest.New(t) // skips unless root
+	e := newEnv(t)
+	p := newAgentPair(t, e, Config{Policy: pol(policy.Deny, "allow ok.test")})
+	require.NoError(t, p.agent.Enforce(context.Background(), ns.Path))
+	proxyAddr := "127.0.0.1:" + strconv.Itoa(ProxyPort)
+	dial := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		c, err := netns.Dial(ctx, ns.Path, "tcp", proxyAddr)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	}
+	require.ErrorIs(t, dial(), syscall.ECONNREFUSED, "no credential proxy before the vault")
+	ca, err := tproxy.NewCA("claim")
+	require.NoError(t, err)
+	client, err := NewAgentClient(p.addr, p.cfg)
+	require.NoError(t, err)
+	require.NoError(t, client.Push(context.Background(), State{Policy: pol(policy.Deny, "allow ok.test"), Vault: vault.New(), CA: ca}))
+	require.NoError(t, dial(), "the credential proxy listens after the vault came")
+	// The firewall redirects to it now, as at a create with a vault.
+	assert.Equal(t, uint16(ProxyPort), p.agent.rules().RedirectPort)
+	// And a restore (Enforce again) keeps it.
+	require.NoError(t, p.agent.Enforce(context.Background(), ns.Path))
+	require.NoError(t, dial())
 }
 
 // records keeps the egress API's changes in memory.

@@ -566,17 +566,77 @@ func (s *Controller) Enforce(ctx context.Context, nsPath string) error {
 		}
 	}()
 	if pl != nil {
-		p, err := s.newProxy()
-		if err != nil {
+		if err := s.serveProxyLocked(pl); err != nil {
 			closeAll()
 			return err
 		}
-		s.proxy = p
-		go func() {
-			if err := p.Serve(pl); err != nil {
-				s.m.opts.Logger.Debug("credential proxy stopped", "sandbox", s.id, "err", err)
-			}
-		}()
+	}
+	return nil
+}
+
+// serveProxyLocked starts the credential proxy on pl (which the caller
+// closes when this fails).
+func (s *Controller) serveProxyLocked(pl net.Listener) error {
+	p, err := s.newProxy()
+	if err != nil {
+		return err
+	}
+	s.proxy = p
+	go func() {
+		if err := p.Serve(pl); err != nil {
+			s.m.opts.Logger.Debug("credential proxy stopped", "sandbox", s.id, "err", err)
+		}
+	}()
+	return nil
+}
+
+// useVault gives the controller the credential vault v and CA ca of a
+// state pushed to its agent. A controller made without a vault (a pool
+// member's agent, which gets its sandbox's vault at claim) starts its
+// credential proxy in the namespace it enforces and then redirects to it;
+// one that has a vault takes v's content (vault.Replace).
+//
+// # Errors
+// When ca is nil, or the proxy or the firewall cannot be set up; the
+// controller then has no vault, as before.
+func (s *Controller) useVault(v *vault.Vault, ca *tproxy.CA) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.vault != nil {
+		s.vault.Replace(v)
+		return nil
+	}
+	if ca == nil {
+		return errors.New("egress: a vault needs the sandbox's CA")
+	}
+	if s.closed {
+		return errors.New("egress controller is closed")
+	}
+	s.vault, s.ca = v, ca
+	if s.table == nil || s.remote != nil {
+		return nil // enforced by Enforce, or elsewhere
+	}
+	undo := func() {
+		if s.proxy != nil {
+			_ = s.proxy.Close()
+			s.proxy = nil
+		}
+		s.vault, s.ca = nil, nil
+	}
+	// The proxy listens before the firewall sends connections to it.
+	pl, err := netns.ListenTCP(s.nsPath, "127.0.0.1:"+strconv.Itoa(ProxyPort))
+	if err != nil {
+		undo()
+		return fmt.Errorf("egress: credential proxy of sandbox %s: %w", s.id, err)
+	}
+	if err := s.serveProxyLocked(pl); err != nil {
+		pl.Close()
+		undo()
+		return err
+	}
+	if err := s.applyLocked(); err != nil {
+		undo()
+		return errors.Join(err, s.applyLocked())
 	}
 	return nil
 }

@@ -476,6 +476,86 @@ except OSError as e:
 		}
 	})
 
+	t.Run("VaultAtClaim", func(t *testing.T) {
+		// A pool member is warmed as the server warms one, with a
+		// controller that enforces nothing; the claim brings the policy,
+		// the vault and its CA, and the member's very Pod enforces them.
+		id := "claimvault-" + suffix()
+		warmCtl, err := m.New(id, egress.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec := runtimes.Spec{ID: id, Image: image, Egress: warmCtl}
+		member, err := rt.Warm(ctx, spec)
+		warmCtl.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = member.Close(ctx)
+			if err := rt.Destroy(ctx, spec); err != nil {
+				t.Error(err)
+			}
+		})
+		ca, err := tproxy.NewCA("hybox k8s test claimed sandbox")
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := vault.New()
+		if _, err := v.Create(vault.CreateRequest{
+			Credentials: []vault.Credential{{Name: "api-token", Source: vault.Source{Value: vault.NewSecret(vaultSecret)}}},
+			Bindings: []vault.Binding{{Name: "bound", Auth: vault.Auth{Type: vault.AuthBearer, Credential: "api-token"},
+				Match: vault.Match{Schemes: []string{"https"}, Ports: []int{up.tlsPort}, Hosts: []string{boundName}}}},
+		}, func(string) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		ctl, err := m.New(id, egress.Config{Policy: denyBut(boundName), Vault: v, CA: ca})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ctl.Close()
+		claim := spec
+		claim.Egress = ctl
+		claim.Env = map[string]string{"GREETING": "claimed", "PIP_CERT": "/user/choice"}
+		claim.Entrypoint = []string{"sleep", "infinity"}
+		if err := rt.Claim(ctx, member, claim); err != nil {
+			t.Fatal(err)
+		}
+		if got := py(t, member, probes); got != "ready" {
+			t.Fatalf("probes: %q", got)
+		}
+		curl := func(path string) string {
+			return fmt.Sprintf(`subprocess.run(["curl", "-sS", "https://%s:%d%s"], capture_output=True, text=True).stdout`, boundName, up.tlsPort, path)
+		}
+		expect(t, member, "tls ok", curl("/claimed"))
+		if got, ok := up.auth("/claimed"); !ok || got != "Bearer "+vaultSecret {
+			t.Errorf("the upstream got Authorization %q (request seen: %v), want the vault's bearer token", got, ok)
+		}
+		// Python's own TLS trusts the CA through the claim's environment.
+		expect(t, member, "tls ok", fmt.Sprintf(`urllib.request.urlopen("https://%s:%d/py", timeout=10).read().decode().strip()`, boundName, up.tlsPort))
+		if got, _ := up.auth("/py"); got != "Bearer "+vaultSecret {
+			t.Errorf("Python's request got Authorization %q", got)
+		}
+		expect(t, member, "NXDOMAIN", fmt.Sprintf("resolve(%q)", allowedName))
+		if got := py(t, member, `import os; print(" ".join(os.environ[k] for k in ("GREETING", "PIP_CERT", "SSL_CERT_FILE")))`); got != "claimed /user/choice /etc/ssl/certs/ca-certificates.crt" {
+			t.Errorf("the claim's environment: %q (the user's PIP_CERT wins, the trust store's variables are set)", got)
+		}
+		expect(t, member, "False", fmt.Sprintf(`%q in open("/proc/self/environ").read() or %q in subprocess.run(["env"], capture_output=True, text=True).stdout`, vaultSecret, vaultSecret))
+		// The Pod's Secret holds the state with the vault, so a sidecar
+		// that restarts starts its credential proxy again.
+		sec, err := env.Client.CoreV1().Secrets(k8stest.Namespace).Get(ctx, "hybox-"+id, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := egress.ParseAgentConfig(sec.Data["egress-agent.json"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(cfg.State), `"sealed"`) {
+			t.Errorf("the Secret's agent state after the claim has no sealed vault: %s", cfg.State)
+		}
+	})
+
 	t.Run("GVisor", func(t *testing.T) {
 		if !slices.Contains(env.Classes, "gvisor") {
 			t.Skipf("the test cluster has no RuntimeClass gvisor (it has %v)", env.Classes)

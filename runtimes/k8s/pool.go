@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -105,10 +107,10 @@ func (r *Runtime) RestoreWarm(ctx context.Context, spec runtimes.Spec) (runtimes
 // Claim implements runtimes.Pooler: reserve the member (its execd's
 // ClaimBeginPath), set new limits in place when they differ (runc only),
 // relabel the Pod LabelPool=claimed, then give execd the environment and
-// the entrypoint (execd.ClaimPath). The claim's egress policy goes to the
-// member's hybox-egress agent before the entrypoint starts; a claim with
-// a credential vault is refused (ErrNotSupported: the server creates it
-// cold), since the member's trust store was fixed when it started.
+// the entrypoint (execd.ClaimPath). The claim's egress policy and vault go
+// to the member's hybox-egress agent before the entrypoint starts, and
+// with a vault execd writes the trust store holding the sandbox's CA and
+// sets the variables that point at it, as a create's Pod has them.
 //
 // # Errors
 // runtimes.ErrInvalid for a member of another runtime or volumes;
@@ -121,11 +123,6 @@ func (r *Runtime) Claim(ctx context.Context, member runtimes.Sandbox, spec runti
 	}
 	if len(spec.Volumes) > 0 {
 		return fmt.Errorf("%w: a pool member cannot take volumes", runtimes.ErrInvalid)
-	}
-	if eg, ok := spec.Egress.(agentEgress); ok && eg.State().Vault != nil {
-		// The trust store holding the sandbox's CA is a file of the Pod's
-		// Secret volume, fixed when the member started.
-		return fmt.Errorf("%w: a pool member of runtime %q cannot take a credential vault (its trust store is fixed when it starts); such a sandbox is created cold", runtimes.ErrNotSupported, r.name)
 	}
 	resize := !r.sameLimits(sb.spec, spec)
 	if resize && !r.UpdatesLimits() {
@@ -143,7 +140,9 @@ func (r *Runtime) Claim(ctx context.Context, member runtimes.Sandbox, spec runti
 	stage("reserve")
 	// The claim's policy and vault go to the member's egress agent before
 	// its entrypoint starts (the agent was made at Warm and has enforced
-	// nothing since).
+	// nothing since; a vault starts its credential proxy there), and the
+	// trust store with the sandbox's CA to execd.
+	req := execd.ClaimRequest{Env: map[string]string{}}
 	if spec.Egress != nil {
 		secret, err := r.c.client.CoreV1().Secrets(r.c.opts.Namespace).Get(ctx, podName(spec.ID), metav1.GetOptions{})
 		if err != nil {
@@ -152,8 +151,16 @@ func (r *Runtime) Claim(ctx context.Context, member runtimes.Sandbox, spec runti
 		if err := r.attachEgress(ctx, sb, spec, secret.Data); err != nil {
 			return err
 		}
+		if req.Files, err = claimTrust(spec, secret.Data); err != nil {
+			return err
+		}
+		if eg, ok := spec.Egress.(agentEgress); ok && len(req.Files) > 0 {
+			maps.Copy(req.Env, eg.Env())
+		}
 		stage("egress")
 	}
+	maps.Copy(req.Env, spec.Env) // the user's environment wins
+	req.Entrypoint = spec.Entrypoint
 	if resize {
 		if err := r.resize(ctx, spec); err != nil {
 			return err
@@ -170,13 +177,38 @@ func (r *Runtime) Claim(ctx context.Context, member runtimes.Sandbox, spec runti
 		}
 		labelled <- err
 	}()
-	err := sb.claimCall(ctx, http.MethodPost, execd.ClaimPath, execd.ClaimRequest{Env: spec.Env, Entrypoint: spec.Entrypoint}, nil)
+	err := sb.claimCall(ctx, http.MethodPost, execd.ClaimPath, req, nil)
 	stage("execd")
 	if lerr := <-labelled; err == nil {
 		err = lerr
 	}
 	stage("label")
 	return err
+}
+
+// claimTrust is what execd writes at a claim for the sandbox's credential
+// proxy: its CA and the trust store holding it (a create mounts the same
+// files from the Secret; a member has none, being made without a vault).
+// The resolver needs nothing: a member's Pod has the agent's already.
+//
+// # Errors
+// runtimes.ErrNotSupported for a member whose Secret mounts egress files
+// (read-only where the claim would write).
+func claimTrust(spec runtimes.Spec, member map[string][]byte) ([]execd.ClaimFile, error) {
+	files := spec.Egress.Files()
+	delete(files, resolvConf)
+	if len(files) == 0 {
+		return nil, nil
+	}
+	if _, mounted := member[egressFileKey+"0"]; mounted {
+		return nil, fmt.Errorf("%w: pool member %s has egress files of its own mounted read-only; it cannot take a credential vault at claim",
+			runtimes.ErrNotSupported, podName(spec.ID))
+	}
+	out := make([]execd.ClaimFile, 0, len(files))
+	for _, p := range slices.Sorted(maps.Keys(files)) {
+		out = append(out, execd.ClaimFile{Path: p, Data: files[p], Mode: 0o444})
+	}
+	return out, nil
 }
 
 // resize gives the member's container the limits of spec in place

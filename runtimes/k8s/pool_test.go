@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -143,7 +145,11 @@ func TestPool(t *testing.T) {
 func TestServePools(t *testing.T) {
 	env := k8stest.Cluster(t)
 	image := env.Image(t)
-	do, restart := serveK8s(t, env, "")
+	vaultKey := filepath.Join(t.TempDir(), "vault.key")
+	if err := os.WriteFile(vaultKey, []byte(strings.Repeat("5a", 32)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	do, restart := serveK8s(t, env, fmt.Sprintf("[vault]\nkey_file = %q\n", vaultKey))
 	ctx := context.Background()
 	pods := env.Client.CoreV1().Pods(k8stest.Namespace)
 	secrets := env.Client.CoreV1().Secrets(k8stest.Namespace)
@@ -281,10 +287,10 @@ func TestServePools(t *testing.T) {
 	if claimed.Labels[k8s.LabelPool] != k8s.PoolClaimed {
 		t.Errorf("claimed Pod labels %v", claimed.Labels)
 	}
-	run := func(cmd string) string {
+	runIn := func(id, cmd string) string {
 		t.Helper()
 		body, _ := json.Marshal(map[string]string{"command": cmd})
-		st, b := do("POST", "/v1/sandboxes/"+sb.ID+"/proxy/44772/command", string(body))
+		st, b := do("POST", "/v1/sandboxes/"+id+"/proxy/44772/command", string(body))
 		if st != http.StatusOK {
 			t.Fatalf("command: %d %s", st, b)
 		}
@@ -297,6 +303,7 @@ func TestServePools(t *testing.T) {
 		}
 		return strings.TrimSpace(out.String())
 	}
+	run := func(cmd string) string { t.Helper(); return runIn(sb.ID, cmd) }
 	if got := run("echo $GREETING"); got != "hello" {
 		t.Errorf("env: %q", got)
 	}
@@ -317,9 +324,38 @@ func TestServePools(t *testing.T) {
 	if p.Status.Allocated != 1 {
 		t.Errorf("allocated %d, want 1", p.Status.Allocated)
 	}
-	if now := idlePods(); len(now) != 1 || now[0] == memberPod.Name {
-		t.Errorf("idle Pods after the refill %v (the claimed one was %s)", now, memberPod.Name)
+	refill := idlePods()
+	if len(refill) != 1 || refill[0] == memberPod.Name {
+		t.Fatalf("idle Pods after the refill %v (the claimed one was %s)", refill, memberPod.Name)
 	}
+
+	// A policy and a credential vault are bound at claim: the member's
+	// very Pod, its agent enforcing them, the trust store with the
+	// sandbox's CA written by execd, the vault's API live.
+	st, b = do("POST", "/v1/sandboxes", fmt.Sprintf(`{"image":{"uri":%q},"extensions":{"poolRef":"k8s-runc"},
+		"entrypoint":["sleep","infinity"],"timeout":600,
+		"networkPolicy":{"defaultAction":"deny","egress":[{"action":"allow","target":"api.example.com"}]},"credentialProxy":{"enabled":true}}`, image))
+	if st != http.StatusAccepted {
+		t.Fatalf("create from the pool with a vault: %d %s", st, b)
+	}
+	var vsb struct{ ID string }
+	if err := json.Unmarshal(b, &vsb); err != nil {
+		t.Fatal(err)
+	}
+	if "hybox-"+vsb.ID != refill[0] {
+		t.Fatalf("the sandbox with a vault is %s, not the idle member %s (served cold?)", vsb.ID, refill[0])
+	}
+	if got := runIn(vsb.ID, "echo $SSL_CERT_FILE $(grep -c 'BEGIN CERTIFICATE' /etc/hybox/ca.crt) $(getent hosts other.example.com >/dev/null && echo resolved || echo denied)"); got != "/etc/ssl/certs/ca-certificates.crt 1 denied" {
+		t.Errorf("the claimed sandbox's trust store and resolver: %q", got)
+	}
+	vaultPath := "/v1/sandboxes/" + vsb.ID + "/proxy/18080/credential-vault"
+	if st, b := do("POST", vaultPath, `{"credentials":[{"name":"tok","source":{"type":"inline","value":"secret-tok"}}],"bindings":[{"name":"api","match":{"schemes":["https"],"ports":[443],"hosts":["api.example.com"]},"auth":{"type":"bearer","credential":"tok"}}]}`); st != http.StatusCreated {
+		t.Errorf("create the claimed sandbox's vault: %d %s", st, b)
+	}
+	if st, b := do("DELETE", "/v1/sandboxes/"+vsb.ID, ""); st != http.StatusNoContent {
+		t.Fatalf("delete the sandbox with a vault: %d %s", st, b)
+	}
+	waitIdle(1)
 
 	if st, b := do("DELETE", "/v1/sandboxes/"+sb.ID, ""); st != http.StatusNoContent {
 		t.Fatalf("delete sandbox: %d %s", st, b)
