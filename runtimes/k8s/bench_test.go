@@ -19,6 +19,8 @@ import (
 	"github.com/hybox-dev/hybox/policy/egress"
 	"github.com/hybox-dev/hybox/runtimes"
 	"github.com/hybox-dev/hybox/runtimes/k8s/k8stest"
+	"github.com/hybox-dev/hybox/vault"
+	"github.com/hybox-dev/hybox/vault/tproxy"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -101,16 +103,23 @@ func pct(d []time.Duration, p int) float64 {
 // BenchmarkPoolClaimFirstCommand: a warm pool member (started with the
 // clock stopped) from its claim (env and entrypoint) to the result of its
 // first command; each iteration is one member, destroyed after the clock
-// stops; runc-resize claims with other limits than the member's. Reports
-// claim p50 and first-result p50 and p90.
+// stops; runc-resize claims with other limits than the member's;
+// runc+vault binds a deny-all policy and a credential vault at the claim
+// (the member's agent opens its credential proxy, execd writes the trust
+// store). Reports claim p50 and first-result p50, p90 and p99.
 //
 //	go test -trimpath ./runtimes/k8s -run '^$' -bench PoolClaimFirstCommand -benchtime 10x
 func BenchmarkPoolClaimFirstCommand(b *testing.B) {
 	c, env, image := clusterB(b)
+	m, err := egress.NewManager(egress.Options{DNSUpstreams: []string{nodeAddr + ":53"}})
+	if err != nil {
+		b.Fatal(err)
+	}
 	for _, rc := range []struct {
 		name, class, sub string
-		resize           bool
-	}{{"runc", "runc", "runc", false}, {"runsc", "gvisor", "gvisor", false}, {"runc", "runc", "runc-resize", true}} {
+		resize, vault    bool
+	}{{"runc", "runc", "runc", false, false}, {"runsc", "gvisor", "gvisor", false, false},
+		{"runc", "runc", "runc-resize", true, false}, {"runc", "runc", "runc+vault", false, true}} {
 		b.Run(rc.sub, func(b *testing.B) {
 			if !slices.Contains(env.Classes, rc.class) {
 				b.Skipf("no RuntimeClass %s", rc.class)
@@ -121,12 +130,34 @@ func BenchmarkPoolClaimFirstCommand(b *testing.B) {
 			b.StopTimer()
 			for range b.N {
 				spec := runtimes.Spec{ID: "benchpool-" + suffix(), Image: image, MemoryBytes: 256 << 20}
+				var ctl, warm *egress.Controller
+				if rc.vault {
+					// Warmed as the server warms one: an agent enforcing nothing.
+					if warm, err = m.New(spec.ID, egress.Config{}); err != nil {
+						b.Fatal(err)
+					}
+					spec.Egress = warm
+				}
 				member, err := rt.Warm(ctx, spec)
+				if warm != nil {
+					warm.Close()
+				}
 				if err != nil {
 					b.Fatal(err)
 				}
 				if rc.resize {
 					spec.MemoryBytes = 300 << 20 // pods/resize, and the kubelet applies it
+				}
+				if rc.vault {
+					ca, err := tproxy.NewCA("bench " + spec.ID)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if ctl, err = m.New(spec.ID, egress.Config{Policy: &policy.Policy{DefaultAction: policy.Deny, Egress: []policy.Rule{}},
+						Vault: vault.New(), CA: ca}); err != nil {
+						b.Fatal(err)
+					}
+					spec.Egress = ctl
 				}
 				spec.Env = map[string]string{"GREETING": "hi"}
 				spec.Entrypoint = []string{"sleep", "infinity"}
@@ -145,6 +176,9 @@ func BenchmarkPoolClaimFirstCommand(b *testing.B) {
 				_ = member.Close(ctx)
 				if err := rt.Destroy(ctx, spec); err != nil {
 					b.Fatal(err)
+				}
+				if ctl != nil {
+					ctl.Close()
 				}
 			}
 			b.ReportMetric(pct(claimed, 50), "claim-p50-ms")

@@ -10,8 +10,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -288,23 +291,67 @@ func (r *Runtime) attachEgress(ctx context.Context, sb *Sandbox, spec runtimes.S
 
 // podRemote pushes to a Pod's agent and keeps the state in the Pod's
 // Secret current, so that a sidecar that restarts starts from the latest
-// state (the kubelet refreshes the mounted file, within about a minute).
+// state. The Secret is written after the push answers, in the background
+// and in order (one writer, the latest state pending): the state is in
+// force once the agent has it, and the kubelet refreshes a mounted Secret
+// only within about a minute anyway, so waiting for the write (an etcd
+// commit, 40–80 ms here, up to 160) would only slow the change pushed.
 type podRemote struct {
 	r      *Runtime
 	name   string
 	cfg    *egress.AgentConfig
 	client *egress.AgentClient
-	stored []byte // the state in the Secret
+
+	mu      sync.Mutex
+	stored  []byte // the state in the Secret
+	pending []byte // the state to write next, nil for none
+	writing bool   // a writer runs
 }
+
+// secretWriteTimeout bounds one write of a Pod's Secret.
+const secretWriteTimeout = 15 * time.Second
 
 func (p *podRemote) Push(ctx context.Context, st egress.State) error {
 	if err := p.client.Push(ctx, st); err != nil {
 		return err
 	}
 	b, err := egress.EncodeState(p.cfg.Key, p.cfg.ID, st)
-	if err != nil || bytes.Equal(b, p.stored) {
+	if err != nil {
 		return err
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.pending = b
+	if !p.writing {
+		p.writing = true
+		go p.store()
+	}
+	return nil
+}
+
+// store writes the pending states into the Secret until none is left.
+func (p *podRemote) store() {
+	for {
+		p.mu.Lock()
+		b := p.pending
+		p.pending = nil
+		if b == nil || bytes.Equal(b, p.stored) {
+			p.writing = false
+			p.mu.Unlock()
+			return
+		}
+		p.mu.Unlock()
+		err := p.write(b)
+		p.mu.Lock()
+		if err == nil {
+			p.stored = b
+		}
+		p.mu.Unlock()
+	}
+}
+
+// write puts state b into the agent's configuration in the Secret.
+func (p *podRemote) write(b []byte) error {
 	cfg := *p.cfg
 	cfg.State = b
 	conf, err := json.Marshal(&cfg)
@@ -315,12 +362,17 @@ func (p *podRemote) Push(ctx context.Context, st egress.State) error {
 	if err != nil {
 		return err
 	}
-	// In force in the Pod already: a Secret that lags is logged, not
-	// refused.
-	if _, err := p.r.c.client.CoreV1().Secrets(p.r.c.opts.Namespace).Patch(ctx, p.name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), secretWriteTimeout)
+	defer cancel()
+	begin := time.Now()
+	_, err = p.r.c.client.CoreV1().Secrets(p.r.c.opts.Namespace).Patch(ctx, p.name, types.MergePatchType, patch, metav1.PatchOptions{})
+	p.r.c.opts.Logger.Debug("egress state written to the Pod's Secret", "pod", p.name, "took", time.Since(begin).Round(10*time.Microsecond), "err", err)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil // the sandbox is gone
+	case err != nil:
+		// In force in the Pod already: a Secret that lags is logged.
 		p.r.c.opts.Logger.Warn("the egress state in the Pod's Secret is behind the Pod's", "pod", p.name, "err", err)
-		return nil
 	}
-	p.stored = b
-	return nil
+	return err
 }

@@ -541,18 +541,26 @@ except OSError as e:
 			t.Errorf("the claim's environment: %q (the user's PIP_CERT wins, the trust store's variables are set)", got)
 		}
 		expect(t, member, "False", fmt.Sprintf(`%q in open("/proc/self/environ").read() or %q in subprocess.run(["env"], capture_output=True, text=True).stdout`, vaultSecret, vaultSecret))
-		// The Pod's Secret holds the state with the vault, so a sidecar
-		// that restarts starts its credential proxy again.
-		sec, err := env.Client.CoreV1().Secrets(k8stest.Namespace).Get(ctx, "hybox-"+id, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg, err := egress.ParseAgentConfig(sec.Data["egress-agent.json"])
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !strings.Contains(string(cfg.State), `"sealed"`) {
-			t.Errorf("the Secret's agent state after the claim has no sealed vault: %s", cfg.State)
+		// The Pod's Secret comes to hold the state with the vault (written
+		// after the push), so a sidecar that restarts opens its credential
+		// proxy again.
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			sec, err := env.Client.CoreV1().Secrets(k8stest.Namespace).Get(ctx, "hybox-"+id, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := egress.ParseAgentConfig(sec.Data["egress-agent.json"])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(string(cfg.State), `"sealed"`) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the Secret's agent state 20 s after the claim has no sealed vault: %s", cfg.State)
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
 	})
 

@@ -124,6 +124,7 @@ func (r *Runtime) start(ctx context.Context, spec runtimes.Spec, build func(*pod
 	if err != nil {
 		return nil, err
 	}
+	sb.secret = secret.Data
 	if err := r.attachEgress(ctx, sb, spec, secret.Data); err != nil {
 		_ = sb.Close(ctx)
 		return nil, err
@@ -168,6 +169,7 @@ func (r *Runtime) Restore(ctx context.Context, spec runtimes.Spec) (runtimes.San
 	if err != nil {
 		return nil, err
 	}
+	sb.secret = secret.Data
 	// The server's state, which the agent may not have (a change it
 	// missed while no server ran), is pushed again.
 	if err := r.attachEgress(ctx, sb, spec, secret.Data); err != nil {

@@ -144,14 +144,12 @@ func (r *Runtime) Claim(ctx context.Context, member runtimes.Sandbox, spec runti
 	// trust store with the sandbox's CA to execd.
 	req := execd.ClaimRequest{Env: map[string]string{}}
 	if spec.Egress != nil {
-		secret, err := r.c.client.CoreV1().Secrets(r.c.opts.Namespace).Get(ctx, podName(spec.ID), metav1.GetOptions{})
-		if err != nil {
-			return r.apiError("get Secret "+podName(spec.ID), err)
-		}
-		if err := r.attachEgress(ctx, sb, spec, secret.Data); err != nil {
+		if err := r.attachEgress(ctx, sb, spec, sb.secret); err != nil {
 			return err
 		}
-		if req.Files, err = claimTrust(spec, secret.Data); err != nil {
+		stage("agent")
+		var err error
+		if req.Files, err = claimTrust(spec, sb.secret); err != nil {
 			return err
 		}
 		if eg, ok := spec.Egress.(agentEgress); ok && len(req.Files) > 0 {

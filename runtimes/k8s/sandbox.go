@@ -39,6 +39,10 @@ type Sandbox struct {
 	rt        http.RoundTripper
 	closeIdle func()
 	agent     *egress.AgentClient // the Pod's egress agent, if any
+	// secret is the data of the Pod's Secret as read at create or
+	// restore: the agent's configuration and key, fixed for the Pod's
+	// life (a claim needs them and reads nothing again).
+	secret map[string][]byte
 
 	exited    chan runtimes.ExitStatus // buffered 1
 	stopWatch context.CancelFunc
