@@ -67,6 +67,10 @@ HOST_DIR = os.environ.get("HYBOX_E2E_HOST_DIR", "")
 # PersistentVolumeClaims on a cluster with no storage provisioner: the
 # volume tests then mount host volumes only.
 NO_PVC = os.environ.get("HYBOX_E2E_NO_PVC", "")
+# Set (to the reason) where the pass's runtime refuses egress policies and
+# credential vaults (gVisor Pods on Kubernetes): the suite then checks the
+# refusal instead of the policy and vault tests.
+EGRESS_REFUSED = os.environ.get("HYBOX_E2E_EGRESS_REFUSED", "")
 LANG_IMAGE = os.environ.get("HYBOX_E2E_LANG_IMAGE", "")
 RUN_ID = str(uuid.uuid4())
 WORK_DIR = f"/tmp/hybox-e2e-py-{RUN_ID[:8]}"
@@ -707,6 +711,8 @@ def egress_wire():
 @pytest.fixture(scope="module")
 def egress_sandbox(egress_wire):
     """A sandbox with a deny-by-default network policy and the credential proxy."""
+    if EGRESS_REFUSED:
+        pytest.skip(f"egress policies are refused on this pass ({EGRESS_REFUSED}): test_egress_refused checks that")
     sbx = create_egress_sandbox(
         "egress",
         transport=egress_wire,
@@ -844,6 +850,19 @@ def test_credential_vault(egress_sandbox, egress_wire):
     vault.delete()
     api_error(vault.get, [404])
     api_error(vault.list_credentials, [404])
+
+
+def test_egress_refused():
+    """Where the runtime cannot enforce a policy, a create with one is a 400 NOT_SUPPORTED that says why."""
+    if not EGRESS_REFUSED:
+        pytest.skip("this pass enforces egress policies")
+    for kwargs in (
+        {"network_policy": NetworkPolicy(default_action="deny", egress=[NetworkRule(action="allow", target="api.example.com")])},
+        {"network_policy": NetworkPolicy(default_action="deny", egress=[]), "credential_proxy": CredentialProxyConfig(enabled=True)},
+    ):
+        err = api_error(lambda: create_egress_sandbox("egress-refused", **kwargs), [400])
+        assert err.error is not None and err.error.code == "NOT_SUPPORTED", repr(err)
+        assert err.error.message, repr(err)
 
 
 def test_egress_without_network_policy():

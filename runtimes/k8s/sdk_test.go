@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -15,7 +16,8 @@ import (
 // TestOfficialSDKs runs the official OpenSandbox SDK suites (e2e/: the
 // JavaScript SDK from npm and the Python SDKs from PyPI, unchanged) through
 // scripts/e2e.sh against `bin/hybox serve --kubernetes` on the test
-// cluster: their container pass with sandboxes as runc Pods, every response
+// cluster: their container passes with sandboxes as runc Pods and as gVisor
+// Pods (where egress policies are refused, and the suites check it), every response
 // checked against the protocol document, nothing left behind. It needs
 // `make build` (bin/hybox, bin/hybox-execd); make test-k8s runs it.
 func TestOfficialSDKs(t *testing.T) {
@@ -37,10 +39,16 @@ execd_image = %q
 `, env.Kubeconfig, k8stest.Namespace, execdImage)), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// runc Pods, and gVisor Pods where the cluster has the class (their
+	// pass checks that egress policies are refused).
+	passes := "runc"
+	if slices.Contains(env.Classes, "gvisor") {
+		passes += " runsc"
+	}
 	begin := time.Now()
 	cmd := exec.Command(filepath.Join(repo, "scripts", "e2e.sh"))
 	cmd.Dir = repo
-	cmd.Env = append(os.Environ(), "HYBOX_E2E_KUBERNETES_CONFIG="+conf, "HYBOX_E2E_PASSES=runc",
+	cmd.Env = append(os.Environ(), "HYBOX_E2E_KUBERNETES_CONFIG="+conf, "HYBOX_E2E_PASSES="+passes,
 		"HYBOX_REQUIRE_CONTAINERS=1", "HYBOX_E2E_LOG_DIR="+filepath.Join(repo, "build", "e2e-logs-k8s"),
 		// The test cluster has no storage provisioner, so a claim the
 		// suites ask to be made would stay Pending (TestVolumes binds
