@@ -352,6 +352,9 @@ class _Kernel:
 
         if req.get("warm"):
             _warm_up(self)
+            # A finder the warm-up made for the working directory saw the
+            # directory before its workspace was bound.
+            sys.path_importer_cache.pop("", None)
 
     def on_sigint(self, signum, frame):
         if self.running:

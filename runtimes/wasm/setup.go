@@ -51,7 +51,7 @@ func Setup(ctx context.Context, o SetupOptions) (*Runtime, func() error, error) 
 	if o.ImageDir == "" && o.Engine.CacheDir() != "" {
 		o.ImageDir = filepath.Join(o.Engine.CacheDir(), "images")
 	}
-	pyOpts := pyguest.Options{Engine: o.Engine, PoolSize: o.PythonPool, ReadyClones: o.PythonReady,
+	pyOpts := pyguest.Options{Engine: o.Engine, PoolSize: o.PythonPool, ReadyClones: o.PythonReady, ReadyCwd: defaultCwd,
 		MemoryLimitBytes: o.DefaultMemoryBytes, OutputLimitBytes: o.OutputLimitBytes, ImageDir: o.ImageDir}
 	var py *pyguest.Manager
 	var pyNote string

@@ -63,6 +63,18 @@ type execution struct {
 	overflow chan struct{} // closed when output passed limit
 	over     bool
 	execErr  *execd.ExecError // set before done is closed
+	// onOverflow, when set, is called once overflow is closed, on the
+	// goroutine that wrote the output (the reactor kills its guest).
+	onOverflow func()
+}
+
+// overflowed marks e over its output cap. The sink's mutex is held.
+func (e *execution) overflowed() {
+	e.over = true
+	close(e.overflow)
+	if e.onOverflow != nil {
+		e.onOverflow()
+	}
 }
 
 // frame is a control frame from driver.py.
@@ -235,7 +247,7 @@ func (inst *sink) output(p []byte, stderr bool) {
 		}
 	}
 	if e.over {
-		close(e.overflow)
+		e.overflowed()
 	}
 }
 
@@ -244,8 +256,7 @@ func (inst *sink) frameTooLong() {
 	inst.mu.Lock()
 	defer inst.mu.Unlock()
 	if e := inst.cur; e != nil && !e.over {
-		e.over = true
-		close(e.overflow)
+		e.overflowed()
 	}
 }
 
@@ -275,8 +286,7 @@ func (inst *sink) onFrame(b []byte) {
 			n += int64(len(v))
 		}
 		if e.limit > 0 && e.written+n > e.limit {
-			e.over = true
-			close(e.overflow)
+			e.overflowed()
 			return
 		}
 		e.written += n

@@ -70,6 +70,10 @@ type Options struct {
 	// and warmed ahead (ready.go), so that a burst of new contexts finds
 	// them made (default 32, about 1 MiB each; negative means none).
 	ReadyClones int
+	// ReadyCwd is the working directory ready clones are warmed in (default
+	// "/"): a context that starts there skips its first cell's change of
+	// directory and HOME; one that starts elsewhere changes then.
+	ReadyCwd string
 	// MemoryLimitBytes caps an interpreter's linear memory when the caller
 	// gives no limit (default 256 MiB).
 	MemoryLimitBytes int64
@@ -111,6 +115,10 @@ func (o Options) withDefaults() Options {
 	if o.ReadyClones < 0 {
 		o.ReadyClones = 0
 	}
+	if o.ReadyCwd == "" {
+		o.ReadyCwd = "/"
+	}
+	o.ReadyCwd = path.Clean("/" + o.ReadyCwd)
 	if o.MemoryLimitBytes == 0 {
 		o.MemoryLimitBytes = DefaultMemoryLimitBytes
 	}

@@ -54,6 +54,10 @@ const (
 	interruptGrace = 2 * time.Second
 )
 
+// errOutputLimit is the cause of killing a guest whose run passed its
+// output cap.
+var errOutputLimit = errors.New("output limit")
+
 // errIgnoredInterrupt is the cause of killing a guest that did not stop.
 var errIgnoredInterrupt = errors.New("the interpreter did not stop when interrupted and was destroyed")
 
@@ -355,6 +359,8 @@ func (ri *rinstance) exec(ctx context.Context, reqs []byte, e *execution) (stopp
 	ri.mem.StoreUint32(ri.slots.AsyncExc, 0)
 	ri.mem.StoreUint32(ri.slots.PendingAsync, 0)
 	ri.stdin.set(reqs)
+	// An output overflow stops the run by killing the guest.
+	e.onOverflow = func() { ri.kill(errOutputLimit) }
 	ri.begin(e)
 	defer ri.detach()
 
@@ -364,14 +370,6 @@ func (ri *rinstance) exec(ctx context.Context, reqs []byte, e *execution) (stopp
 		defer close(loopDone)
 		ri.interruptLoop(ctx, done)
 	})
-	go func() {
-		// An output overflow stops the run by killing the guest.
-		select {
-		case <-e.overflow:
-			ri.kill(fmt.Errorf("output limit"))
-		case <-done:
-		}
-	}()
 	_, err = ri.run.Call(ri.life)
 	close(done)
 	if stopped = !stopWatch(); stopped {

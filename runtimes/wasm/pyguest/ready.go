@@ -16,10 +16,12 @@ import (
 // cell, a few hundred copy-on-write page faults (about 1 ms): little for one
 // context, but a burst of fifty new sandboxes on two cores queues them all.
 // So the Manager keeps Options.ReadyClones contexts cloned ahead and warmed
-// (their first, hidden cell has run: driver.py's init "warm"), with an
-// unbound filesystem (a wasmfs.Switch) and no network; a new context takes
-// one and binds it to its sandbox (root, memory limit, egress), and its
-// first cell costs what a warm one does. The pool is refilled one clone at
+// (their first, hidden cell has run: driver.py's init "warm"), in
+// Options.ReadyCwd, with an unbound filesystem (a staged wasmfs.Switch,
+// which shows only that directory) and no network; a new context takes one
+// and binds it to its sandbox (root, memory limit, egress), and when it
+// starts in ReadyCwd its first cell needs no init request and costs little
+// more than a warm one. The pool is refilled one clone at
 // a time in the background, only once no clone has been taken for
 // refillDelay, so that refilling does not compete with the burst it
 // refills after. Nothing of a sandbox reaches a clone before it is taken,
@@ -30,13 +32,16 @@ import (
 // # Errors
 // The clone's or its warm-up's.
 func (m *Manager) warmClone(ctx context.Context) (*rinstance, error) {
-	sw := wasmfs.NewSwitch()
+	// Warmed in ReadyCwd, which the staged Switch shows before the
+	// workspace is bound: a context that starts there needs no init.
+	cwd := m.opts.ReadyCwd
+	sw := wasmfs.NewStagedSwitch(cwd)
 	ri, err := m.rx.clone(ctx, m.base, sw, nil, m.opts.MemoryLimitBytes, m.opts.OutputLimitBytes)
 	if err != nil {
 		return nil, err
 	}
 	ri.sw = sw
-	init, _ := json.Marshal(map[string]any{"cwd": "/", "env": map[string]string{"HOME": "/"}, "clone": true, "warm": true})
+	init, _ := json.Marshal(map[string]any{"cwd": cwd, "env": map[string]string{"HOME": cwd}, "clone": true, "warm": true})
 	e := &execution{out: discard{}, done: make(chan struct{}), overflow: make(chan struct{})}
 	if _, err := ri.exec(ctx, pydriver.AppendRequest(nil, pydriver.RequestInit, init), e); err != nil {
 		ri.close(err)

@@ -75,3 +75,48 @@ func TestReadyClones(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "memory limit")
 }
+
+// Ready clones are warmed in Options.ReadyCwd before any workspace is
+// bound: a context that starts there runs its first cell with no init
+// request, in its own workspace (its files listed, its modules imported
+// from its working directory, HOME set); one that starts elsewhere
+// changes there in its first cell.
+func TestReadyClonesInReadyCwd(t *testing.T) {
+	m := newManager(t, Options{ReadyClones: 3, ReadyCwd: "/workspace"})
+	require.NoError(t, m.waitFull(context.Background()))
+	ctx := context.Background()
+	get := func(it execd.Interpreter, code string) string {
+		t.Helper()
+		rec := newRecorder()
+		ee, err := it.Run(ctx, code, rec)
+		require.NoError(t, err)
+		require.Nil(t, ee, "%+v", ee)
+		return plain(t, rec)
+	}
+	for _, name := range []string{"one", "two"} {
+		root, dir := newRoot(t)
+		require.NoError(t, os.MkdirAll(filepath.Join(dir, "workspace"), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "workspace", "mymod.py"), []byte("X = "+`"`+name+`"`+"\n"), 0o644))
+		before := readyCount(m)
+		it, err := m.NewInterpreter(ctx, root, "/workspace", 0, nil)
+		require.NoError(t, err)
+		defer it.Close()
+		require.Equal(t, before-1, readyCount(m), "context %s is a ready clone", name)
+		assert.Equal(t, "('/workspace', '/workspace', '"+name+"', ['mymod.py'])",
+			get(it, "import os, mymod\n(os.getcwd(), os.environ['HOME'], mymod.X, sorted(os.listdir('.')))"),
+			"context %s: its own workspace, a module of its working directory", name)
+	}
+	root, dir := newRoot(t)
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "elsewhere"), 0o755))
+	it, err := m.NewInterpreter(ctx, root, "/elsewhere", 0, nil)
+	require.NoError(t, err)
+	defer it.Close()
+	assert.Equal(t, "('/elsewhere', '/elsewhere')", get(it, "import os\n(os.getcwd(), os.environ['HOME'])"))
+}
+
+// readyCount is how many ready clones m holds.
+func readyCount(m *Manager) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.ready)
+}

@@ -87,6 +87,10 @@ func (it *reactorInterp) Run(ctx context.Context, code string, out execd.Output)
 	var reqs []byte
 	it.mu.Lock()
 	switch {
+	case it.fresh && inst.sw != nil && it.cwd == it.m.opts.ReadyCwd && !it.reseed:
+		// A ready clone warmed where this context starts: reseeded,
+		// in its directory, HOME set.
+		it.fresh = false
 	case it.fresh:
 		it.fresh, it.reseed = false, false
 		// A ready clone was reseeded when it was warmed.

@@ -3,6 +3,7 @@ package wasmfs
 import (
 	"io/fs"
 	"os"
+	"path"
 	"sync/atomic"
 
 	experimentalsys "github.com/tetratelabs/wazero/experimental/sys"
@@ -23,12 +24,40 @@ import (
 type Switch struct {
 	experimentalsys.UnimplementedFS
 	bound atomic.Pointer[rootFS]
+	// staged are directories that Stat and Lstat report before Bind
+	// (NewStagedSwitch), relative paths as relPath makes them.
+	staged map[string]bool
 }
 
 var _ experimentalsys.FS = (*Switch)(nil)
 
 // NewSwitch returns an unbound Switch.
 func NewSwitch() *Switch { return &Switch{} }
+
+// NewStagedSwitch returns an unbound Switch that, until Bind, reports each
+// of dirs (absolute guest paths) and their parents as an empty directory
+// to Stat and Lstat, and nothing else: enough for a guest to change into
+// one before its workspace is bound (a ready clone, made ahead, starts in
+// the directory most contexts start in). The workspace bound later must
+// have the directory the guest changed into; nothing is read from or
+// written to these directories before then.
+func NewStagedSwitch(dirs ...string) *Switch {
+	s := &Switch{staged: map[string]bool{".": true}}
+	for _, d := range dirs {
+		for p := path.Clean("/" + d); p != "/"; p = path.Dir(p) {
+			s.staged[relPath(p)] = true
+		}
+	}
+	return s
+}
+
+// stagedStat is the stat of a staged directory.
+func (s *Switch) stagedStat(p string) (sys.Stat_t, experimentalsys.Errno) {
+	if !s.staged[relPath(path.Clean("/"+p))] {
+		return sys.Stat_t{}, experimentalsys.EACCES
+	}
+	return sys.Stat_t{Mode: fs.ModeDir | 0o755, Nlink: 2}, 0
+}
 
 // Bind sets the backing root. It may be called once, from any goroutine,
 // also while the guest runs; the guest sees the root from its next call.
@@ -65,7 +94,7 @@ func (s *Switch) Lstat(path string) (sys.Stat_t, experimentalsys.Errno) {
 	if r := s.bound.Load(); r != nil {
 		return r.Lstat(path)
 	}
-	return sys.Stat_t{}, experimentalsys.EACCES
+	return s.stagedStat(path)
 }
 
 // Stat implements experimentalsys.FS.
@@ -73,7 +102,7 @@ func (s *Switch) Stat(path string) (sys.Stat_t, experimentalsys.Errno) {
 	if r := s.bound.Load(); r != nil {
 		return r.Stat(path)
 	}
-	return sys.Stat_t{}, experimentalsys.EACCES
+	return s.stagedStat(path)
 }
 
 // Mkdir implements experimentalsys.FS.

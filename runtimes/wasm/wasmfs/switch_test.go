@@ -141,3 +141,39 @@ func TestNewNilRoot(t *testing.T) {
 	_, errno := New(nil).Stat(".")
 	wantErrno(t, "Stat", errno, experimentalsys.EACCES)
 }
+
+// TestStagedSwitch: before Bind, a staged Switch reports its directories
+// and their parents as directories to Stat and Lstat and refuses all
+// else, listing and creating included; after Bind the bound root answers
+// (a staged directory it lacks is missing there).
+func TestStagedSwitch(t *testing.T) {
+	root, dir, _ := testRoot(t)
+	writeHost(t, dir, "f", "data")
+	s := NewStagedSwitch("/home/user/work")
+	for _, p := range []string{".", "/", "home", "/home/user", "home/user/work/"} {
+		st, errno := s.Stat(p)
+		noErr(t, "Stat "+p, errno)
+		if !st.Mode.IsDir() {
+			t.Errorf("Stat %s: mode %v, want a directory", p, st.Mode)
+		}
+		if _, errno := s.Lstat(p); errno != 0 {
+			t.Errorf("Lstat %s: %v", p, errno)
+		}
+	}
+	for _, p := range []string{"home/other", "home/user/work/x", "f", "home/user/../other"} {
+		_, errno := s.Stat(p)
+		wantErrno(t, "Stat "+p, errno, experimentalsys.EACCES)
+	}
+	_, errno := s.OpenFile("home", experimentalsys.O_RDONLY|experimentalsys.O_DIRECTORY, 0)
+	wantErrno(t, "OpenFile of a staged directory", errno, experimentalsys.EACCES)
+	wantErrno(t, "Mkdir in a staged directory", s.Mkdir("home/user/work/d", 0o755), experimentalsys.EACCES)
+
+	s.Bind(root)
+	st, errno := s.Stat("f")
+	noErr(t, "Stat f after Bind", errno)
+	if st.Size != 4 {
+		t.Errorf("Stat f after Bind: size %d", st.Size)
+	}
+	_, errno = s.Stat("home")
+	wantErrno(t, "Stat of a staged directory the bound root lacks", errno, experimentalsys.ENOENT)
+}
