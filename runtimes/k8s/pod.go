@@ -332,6 +332,10 @@ func (r *Runtime) pod(spec runtimes.Spec, eg *podEgress) *corev1.Pod {
 					{Name: "hybox-token", MountPath: tokenDir, ReadOnly: true},
 				},
 				SecurityContext: secure,
+				// hybox-execd writes no termination message: when it ends
+				// with an error, the tail of its log is the reason a
+				// create's error carries (podState).
+				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 			}},
 		},
 	}
