@@ -491,12 +491,7 @@ except OSError as e:
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() {
-			_ = member.Close(ctx)
-			if err := rt.Destroy(ctx, spec); err != nil {
-				t.Error(err)
-			}
-		})
+		destroyAtCleanup(t, rt, member, spec)
 		ca, err := tproxy.NewCA("hybox k8s test claimed sandbox")
 		if err != nil {
 			t.Fatal(err)

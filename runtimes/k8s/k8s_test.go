@@ -128,6 +128,17 @@ func command(t *testing.T, sb runtimes.Sandbox, cmd string) string {
 func suffix() string { return strconv.FormatInt(time.Now().UnixNano(), 36) }
 
 // assertGone checks that no Pod or Secret of sandbox id is left.
+// destroyAtCleanup closes sb and destroys its sandbox when t ends; a
+// failed Destroy fails t.
+func destroyAtCleanup(t *testing.T, rt *k8s.Runtime, sb runtimes.Sandbox, spec runtimes.Spec) {
+	t.Cleanup(func() {
+		_ = sb.Close(context.Background())
+		if err := rt.Destroy(context.Background(), spec); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
 func assertGone(t *testing.T, env *k8stest.Env, id string) {
 	t.Helper()
 	ctx := context.Background()
@@ -159,12 +170,7 @@ func TestSandbox(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() {
-			_ = sb.Close(ctx)
-			if err := rt.Destroy(ctx, spec); err != nil {
-				t.Error(err)
-			}
-		})
+		destroyAtCleanup(t, rt, sb, spec)
 		return sb
 	}
 	t.Run("RunCode", func(t *testing.T) {

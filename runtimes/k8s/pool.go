@@ -152,8 +152,8 @@ func (r *Runtime) Claim(ctx context.Context, member runtimes.Sandbox, spec runti
 		if req.Files, err = claimTrust(spec, sb.secret); err != nil {
 			return err
 		}
-		if eg, ok := spec.Egress.(agentEgress); ok && len(req.Files) > 0 {
-			maps.Copy(req.Env, eg.Env())
+		if len(req.Files) > 0 {
+			maps.Copy(req.Env, spec.Egress.Env())
 		}
 		stage("egress")
 	}

@@ -49,13 +49,9 @@ func TestPool(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() {
-				_ = member.Close(ctx)
-				if err := rt.Destroy(ctx, spec); err != nil {
-					t.Error(err)
-				}
-				assertGone(t, env, spec.ID)
-			})
+			// Cleanups run last first: destroyed, then checked gone.
+			t.Cleanup(func() { assertGone(t, env, spec.ID) })
+			destroyAtCleanup(t, rt, member, spec)
 			before, err := pods.Get(ctx, "hybox-"+spec.ID, metav1.GetOptions{})
 			if err != nil {
 				t.Fatal(err)
