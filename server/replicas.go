@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httputil"
@@ -95,11 +97,7 @@ func (s *Server) forget(ctx context.Context, id string) {
 	if s.opts.Shared == nil {
 		return
 	}
-	s.mu.Lock()
-	sb, eg := s.live[id], s.egress[id]
-	delete(s.live, id)
-	delete(s.egress, id)
-	s.mu.Unlock()
+	sb, eg := s.detach(id)
 	if sb != nil {
 		s.log.Info("dropping a sandbox another replica deleted", "id", id)
 		_ = sb.Close(ctx)
@@ -172,15 +170,30 @@ func sandboxOfRequest(r *http.Request, rt *ingress.Router) string {
 
 // forward sends r to the replica that owns its sandbox when that is
 // another one, and reports whether it did (then the answer is written). A
-// sandbox whose owner is gone is marked lost and served here as such.
+// sandbox whose owner is gone is taken over here when its directory is in
+// the shared directory (takeover.go), else marked lost and served here as
+// such.
 // When it does not forward, it returns r with the record it read attached
 // (fetchedRecord), so that the proxy path does not read it again.
 func (s *Server) forward(w http.ResponseWriter, r *http.Request, rt *ingress.Router) (bool, *http.Request) {
+	return s.forwardOnce(w, r, rt, false)
+}
+
+// forwardOnce is forward; retried says the record was read again after a
+// takeover lost to another replica's.
+func (s *Server) forwardOnce(w http.ResponseWriter, r *http.Request, rt *ingress.Router, retried bool) (bool, *http.Request) {
 	if s.opts.Shared == nil || r.Header.Get(headerForwardedBy) != "" {
 		return false, r
 	}
 	id := sandboxOfRequest(r, rt)
-	if id == "" || s.store.hasLocal(id) {
+	if id == "" {
+		return false, r
+	}
+	if s.store.hasLocal(id) {
+		if n, now := s.sharedLapses(); now || n != s.verified.Load() {
+			errdefs.Write(w, errdefs.New(api.ErrorCodeUNAVAILABLE, "replica %s has not renewed its heartbeat in the shared store in time, so another replica may have taken sandbox %s over; it serves it again once it has made sure it has not", s.opts.Replica, id))
+			return true, r
+		}
 		return false, r
 	}
 	rec, err := s.store.get(id)
@@ -199,8 +212,25 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rt *ingress.Rou
 		return true, r
 	}
 	if !alive {
-		s.markLost(rec)
-		return false, r.WithContext(context.WithValue(r.Context(), fetchedKey{}, rec))
+		if s.opts.SharedDir == "" {
+			s.markLost(rec, nil)
+			return false, r.WithContext(context.WithValue(r.Context(), fetchedKey{}, rec))
+		}
+		nr, err := s.takeOver(r.Context(), rec)
+		switch {
+		case err == nil:
+			return false, r.WithContext(context.WithValue(r.Context(), fetchedKey{}, nr))
+		case errors.Is(err, errdefs.ErrConflict) && !retried:
+			// Another replica took it over first: ask again, and
+			// forward to the new owner.
+			return s.forwardOnce(w, r, rt, true)
+		case errors.Is(err, errNoSavedState):
+			s.markLost(rec, err)
+			return false, r.WithContext(context.WithValue(r.Context(), fetchedKey{}, rec))
+		default:
+			errdefs.Write(w, err)
+			return true, r
+		}
 	}
 	target, err := url.Parse(rec.OwnerAddress)
 	if err != nil || target.Host == "" {
@@ -237,15 +267,21 @@ func (s *Server) proxyRecord(ctx context.Context, id string) (*Record, error) {
 	return s.store.get(id)
 }
 
-// markLost records that rec's owner replica is gone: its copy says Failed,
-// OwnerLost, so every replica lists it as lost rather than missing. The
-// owner, started again with its data directory, serves it again.
-func (s *Server) markLost(rec *Record) {
+// markLost records that rec's owner replica is gone and that its sandbox
+// cannot be taken over (why, when SharedDir is set): its copy says
+// Failed, OwnerLost, so every replica lists it as lost rather than
+// missing. The owner, started again with its data directory, serves it
+// again.
+func (s *Server) markLost(rec *Record, why error) {
 	if rec.State == StateFailed && rec.Reason == reasonOwnerLost {
 		return
 	}
+	rec.LostState = rec.State
 	rec.State, rec.Reason = StateFailed, reasonOwnerLost
 	rec.Message = fmt.Sprintf("this sandbox lived in replica %s, which is gone; a wasm sandbox lives in the process that made it and its state stayed there (delete it, or start that replica again)", rec.Owner)
+	if why != nil {
+		rec.Message = fmt.Sprintf("this sandbox lived in replica %s, which is gone, and cannot be taken over (%v); delete it, or start that replica again", rec.Owner, why)
+	}
 	rec.LastTransitionAt = time.Now().UTC()
 	s.log.Warn("sandbox lost with its replica", "id", rec.ID, "owner", rec.Owner)
 	if err := s.store.putCopy(rec); err != nil {
@@ -260,7 +296,8 @@ const sweepEvery = 10
 // sweepReplicas, on the leading replica, removes the Pods of shared
 // runtimes that have no record and were made by a replica that is gone: a
 // create it was in the middle of, its pool members. What a living replica
-// makes is left alone, and so is what names no maker.
+// makes is left alone, and so is what names no maker. With SharedDir it
+// also takes over the sandboxes of replicas that are gone (sweepShared).
 func (s *Server) sweepReplicas(ctx context.Context) {
 	if s.opts.Shared == nil || !s.opts.Shared.Leading() {
 		return
@@ -285,19 +322,33 @@ func (s *Server) sweepReplicas(ctx context.Context) {
 	for _, m := range members {
 		known[m.ID] = true
 	}
-	alive := map[string]bool{}
+	seen := map[string]bool{}
+	alive := func(replica string) bool {
+		ok, done := seen[replica]
+		if !done {
+			var err error
+			if ok, err = s.opts.Shared.Alive(ctx, replica); err != nil {
+				ok = true // not known to be gone
+			}
+			seen[replica] = ok
+		}
+		return ok
+	}
+	if s.opts.SharedDir != "" {
+		var copies []*Record
+		for _, sr := range recs {
+			r := &Record{}
+			if err := json.Unmarshal(sr.Data, r); err == nil {
+				copies = append(copies, r)
+			}
+		}
+		s.sweepShared(ctx, copies, alive)
+	}
 	keep := func(id, maker string) bool {
 		if known[id] || maker == "" || maker == s.opts.Replica {
 			return true
 		}
-		ok, seen := alive[maker]
-		if !seen {
-			var err error
-			if ok, err = s.opts.Shared.Alive(ctx, maker); err != nil {
-				ok = true // not known to be gone
-			}
-			alive[maker] = ok
-		}
+		ok := alive(maker)
 		if !ok {
 			s.log.Info("sweep: removing a sandbox a replica that is gone left without a record", "id", id, "replica", maker)
 		}

@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -78,6 +79,13 @@ type Options struct {
 	// required with Shared.
 	Replica        string
 	ReplicaAddress string
+	// SharedDir, with Shared, is a directory every replica mounts (a
+	// ReadWriteMany volume) where this replica keeps the directories of
+	// the sandboxes that live in its process (wasm: workspace and saved
+	// contexts), under replicas/<Replica>/sandboxes, so that another
+	// replica can take over such a sandbox when this one is gone
+	// (takeover.go). "" = they stay in DataDir and are lost with it.
+	SharedDir string
 	// Failpoint, for crash tests only, names a step at which the server
 	// kills itself with SIGKILL ("pool-claimed", "created-before-record").
 	Failpoint string
@@ -98,6 +106,17 @@ func (o *Options) Validate() error {
 	}
 	if o.Shared != nil && (o.Replica == "" || o.ReplicaAddress == "") {
 		return errors.New("server: Replica and ReplicaAddress are required with Shared")
+	}
+	if o.SharedDir != "" {
+		if o.Shared == nil {
+			return errors.New("server: SharedDir needs Shared (a directory shared by replicas that share no records is of no use)")
+		}
+		if !filepath.IsAbs(o.SharedDir) {
+			return fmt.Errorf("server: SharedDir %q is not an absolute path", o.SharedDir)
+		}
+		if !validReplicaDir(o.Replica) {
+			return fmt.Errorf("server: replica name %q cannot name a directory in SharedDir", o.Replica)
+		}
 	}
 	if o.APIKey == "" && !o.Insecure {
 		return errors.New("server: an API key is required (set --api-key, HYBOX_API_KEY or api_key in the config), or start explicitly with --insecure")
@@ -152,6 +171,11 @@ type Server struct {
 	// adopting serialises adoptions of shared sandboxes (replicas.go), apart
 	// from locks: the lifecycle handlers that adopt already hold those.
 	adopting keyedLocks
+	// verified is the count of heartbeat lapses (shared.Store.Lapses)
+	// after which this replica last made sure its sandboxes are still its
+	// own (takeover.go); while the store counts more, it serves none of
+	// them.
+	verified atomic.Uint64
 
 	// pools are the warm pools of container sandboxes.
 	pools *poolSet
@@ -169,7 +193,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	for _, d := range []string{opts.DataDir, filepath.Join(opts.DataDir, "sandboxes"), filepath.Join(opts.DataDir, "tmp")} {
+	for _, d := range []string{opts.DataDir, sandboxesRoot(opts), filepath.Join(opts.DataDir, "tmp")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("data directory: %w", err)
 		}
@@ -182,6 +206,10 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	defer cu.Clean()
 	s := &Server{opts: opts, store: st, log: opts.Logger, live: map[string]runtimes.Sandbox{},
 		egress: map[string]*egress.Controller{}, creatingOn: map[string]int{}}
+	if opts.SharedDir != "" {
+		st.copyBlobs = true
+		st.takenOver = func(id string) { go s.forgetTaken(id) }
+	}
 	s.pools = newPoolSet(s)
 	key, err := s.routeKey(ctx)
 	if err != nil {
@@ -260,8 +288,9 @@ func (k *keyedLocks) lock(id string) func() {
 	return mu.Unlock
 }
 
+// sandboxDir is the directory of this replica's sandbox id.
 func (s *Server) sandboxDir(id string) string {
-	return filepath.Join(s.opts.DataDir, "sandboxes", id)
+	return filepath.Join(sandboxesRoot(s.opts), id)
 }
 
 func (s *Server) spec(r *Record) runtimes.Spec {
@@ -276,6 +305,7 @@ func (s *Server) recover(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	recs = s.dropTakenOver(ctx, recs)
 	members, err := s.store.listMembers()
 	if err != nil {
 		return err
@@ -303,40 +333,58 @@ func (s *Server) recover(ctx context.Context) error {
 		if r.State == StateFailed || r.State == StateTerminated {
 			continue
 		}
-		rt, ok := s.opts.Runtimes.Get(r.Runtime)
-		if !ok {
-			s.setState(r, StateFailed, "RuntimeUnavailable", fmt.Sprintf("runtime %q is not available on this server", r.Runtime))
-			continue
-		}
-		eg, err := s.newEgress(r, false)
-		if err != nil {
-			s.log.Warn("restore sandbox egress", "id", r.ID, "err", err)
-			s.setState(r, StateFailed, "RestoreFailed", err.Error())
-			continue
-		}
-		spec := s.spec(r)
-		spec.Egress = eg
-		sb, err := rt.Restore(ctx, spec)
-		if err != nil {
-			_ = eg.Close()
-			s.log.Warn("restore sandbox", "id", r.ID, "err", err)
-			s.setState(r, StateFailed, "RestoreFailed", err.Error())
-			continue
-		}
-		s.mu.Lock()
-		s.egress[r.ID] = eg
-		s.mu.Unlock()
-		s.stampOwner(r) // this replica's name and address may have changed
-		switch r.State {
-		case StatePaused, StatePausing:
-			_ = sb.Pause(ctx)
-			s.setState(r, StatePaused, "", "")
-		default:
-			s.setState(r, StateRunning, "", "")
-		}
-		s.attach(r.ID, sb)
+		s.restoreLocal(ctx, r)
 	}
 	return nil
+}
+
+// restoreLocal brings back the live sandbox of r, a record of this
+// replica's own (after a restart, or a takeover), in the state r says; a
+// sandbox that cannot be restored is recorded Failed with the reason.
+func (s *Server) restoreLocal(ctx context.Context, r *Record) {
+	rt, ok := s.opts.Runtimes.Get(r.Runtime)
+	if !ok {
+		s.setState(r, StateFailed, "RuntimeUnavailable", fmt.Sprintf("runtime %q is not available on this server", r.Runtime))
+		return
+	}
+	eg, err := s.newEgress(r, false)
+	if err != nil {
+		s.log.Warn("restore sandbox egress", "id", r.ID, "err", err)
+		s.setState(r, StateFailed, "RestoreFailed", err.Error())
+		return
+	}
+	spec := s.spec(r)
+	spec.Egress = eg
+	sb, err := rt.Restore(ctx, spec)
+	if err != nil {
+		_ = eg.Close()
+		s.log.Warn("restore sandbox", "id", r.ID, "err", err)
+		s.setState(r, StateFailed, "RestoreFailed", err.Error())
+		return
+	}
+	s.mu.Lock()
+	s.egress[r.ID] = eg
+	s.mu.Unlock()
+	s.stampOwner(r) // this replica's name and address may have changed
+	switch r.State {
+	case StatePaused, StatePausing:
+		_ = sb.Pause(ctx)
+		s.setState(r, StatePaused, "", "")
+	default:
+		s.setState(r, StateRunning, "", "")
+	}
+	s.attach(r.ID, sb)
+}
+
+// detach takes id's live sandbox and egress controller out of the server's
+// maps and returns them (nil when it has none) for the caller to close.
+func (s *Server) detach(id string) (runtimes.Sandbox, *egress.Controller) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb, eg := s.live[id], s.egress[id]
+	delete(s.live, id)
+	delete(s.egress, id)
+	return sb, eg
 }
 
 // attach makes sb the live sandbox of id and, for sandboxes that can end
@@ -410,7 +458,7 @@ func (s *Server) removeOrphans(recs []*Record) {
 	for _, r := range recs {
 		known[r.ID] = true
 	}
-	entries, err := os.ReadDir(filepath.Join(s.opts.DataDir, "sandboxes"))
+	entries, err := os.ReadDir(sandboxesRoot(s.opts))
 	if err != nil {
 		s.log.Warn("scan sandbox directories", "err", err)
 	}
@@ -447,11 +495,7 @@ func (s *Server) destroy(ctx context.Context, r *Record) error {
 		// directory and volumes were that replica's.
 		return s.store.delete(r)
 	}
-	s.mu.Lock()
-	sb, eg := s.live[r.ID], s.egress[r.ID]
-	delete(s.live, r.ID)
-	delete(s.egress, r.ID)
-	s.mu.Unlock()
+	sb, eg := s.detach(r.ID)
 	if sb != nil {
 		discard(sb)
 		_ = sb.Close(ctx)
@@ -490,6 +534,9 @@ func (s *Server) reaper(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			if !s.checkFence(ctx) {
+				continue // nothing of its own is reaped before it is sure it is its own
+			}
 			s.reapOnce(ctx)
 			if n%sweepEvery == 0 {
 				s.sweepReplicas(ctx)

@@ -52,6 +52,9 @@ type Record struct {
 	// wasm sandbox beside shared state; replicas.go).
 	Owner        string `json:"owner,omitempty"`
 	OwnerAddress string `json:"ownerAddress,omitempty"`
+	// LostState is the state the sandbox had when its owner was found
+	// gone (State is then Failed, OwnerLost); a takeover brings it back.
+	LostState string `json:"lostState,omitempty"`
 }
 
 var (
@@ -72,7 +75,14 @@ type store struct {
 	commits committer // every write goes through update (commit.go)
 	// shared keeps the records of the runtimes it Shares; nil = none.
 	shared shared.Store
-	log    *slog.Logger
+	// copyBlobs also keeps the sealed egress state of this replica's own
+	// sandboxes in the shared store, for a replica that takes one over
+	// (Options.SharedDir); copies of records are then written only while
+	// they name this replica's record's owner, and takenOver is told of a
+	// copy that names another (a replica took the sandbox over).
+	copyBlobs bool
+	takenOver func(id string)
+	log       *slog.Logger
 }
 
 // sharedTimeout bounds each call to the shared store.
@@ -113,14 +123,15 @@ func sharedCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), sharedTimeout)
 }
 
-// sharedErr maps a shared store's failure to the wire: not found stays
-// not found, anything else is the store not answering (503).
+// sharedErr maps a shared store's failure to the wire: not found and
+// conflicts stay what they are, anything else is the store not answering
+// (503).
 func sharedErr(what string, err error) error {
 	if err == nil {
 		return nil
 	}
 	var e *errdefs.Error
-	if errors.Is(err, runtimes.ErrNotFound) || errors.As(err, &e) {
+	if errors.Is(err, runtimes.ErrNotFound) || errors.Is(err, errdefs.ErrConflict) || errors.As(err, &e) {
 		return err
 	}
 	return errdefs.New(api.ErrorCodeUNAVAILABLE, "the shared sandbox store does not answer (%s): %v", what, err)
@@ -155,6 +166,11 @@ func (s *store) write(r *Record, first bool) error {
 	if errors.Is(err, runtimes.ErrNotFound) || errors.Is(err, errdefs.ErrConflict) {
 		err = s.writeShared(r, b, !first) // made before the copy was, or after
 	}
+	if s.copyBlobs && errors.Is(err, errdefs.ErrConflict) {
+		s.log.Warn("another replica has taken this sandbox over", "id", r.ID)
+		s.takenOver(r.ID)
+		return nil
+	}
 	if err != nil {
 		s.log.Warn("the shared copy of a record could not be written; other replicas see the sandbox after its next write", "id", r.ID, "err", err)
 	}
@@ -167,6 +183,11 @@ func (s *store) writeShared(r *Record, b []byte, first bool) error {
 	sr := sharedRecord(r, b)
 	if first {
 		return sharedErr("create "+r.ID, s.shared.Create(ctx, sr))
+	}
+	if s.copyBlobs && !s.isShared(r) {
+		// Another replica may have taken the sandbox over: the copy
+		// changes only while it names the owner r names.
+		return sharedErr("put "+r.ID, s.shared.TakeOver(ctx, sr, r.Owner))
 	}
 	return sharedErr("put "+r.ID, s.shared.Put(ctx, sr))
 }
@@ -242,9 +263,63 @@ func (s *store) putEgress(r *Record, b []byte) error {
 		defer cancel()
 		return sharedErr("put the egress state of "+r.ID, s.shared.PutBlob(ctx, r.ID, b))
 	}
-	return s.update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketEgress).Put([]byte(r.ID), b)
 	})
+	if err != nil || !s.copyBlobs {
+		return err
+	}
+	// As for the record's copy: this replica's own state is the one that
+	// counts, so a copy that cannot be written fails nothing here.
+	ctx, cancel := sharedCtx()
+	defer cancel()
+	if err := s.shared.PutBlob(ctx, r.ID, b); err != nil {
+		s.log.Warn("the shared copy of a sandbox's egress state could not be written; a replica taking it over would miss its vault", "id", r.ID, "err", err)
+	}
+	return nil
+}
+
+// putLocal writes r, and its sealed egress state when blob is not nil,
+// into this server's own database only (a sandbox taken over, whose
+// shared copy is written already).
+func (s *store) putLocal(r *Record, blob []byte) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	return s.update(func(tx *bolt.Tx) error {
+		if blob != nil {
+			if err := tx.Bucket(bucketEgress).Put([]byte(r.ID), blob); err != nil {
+				return err
+			}
+		}
+		return tx.Bucket(bucketSandboxes).Put([]byte(r.ID), b)
+	})
+}
+
+// deleteLocal forgets id's record and egress state in this server's own
+// database only (a sandbox another replica took over).
+func (s *store) deleteLocal(id string) error {
+	return s.update(func(tx *bolt.Tx) error {
+		if err := tx.Bucket(bucketEgress).Delete([]byte(id)); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketSandboxes).Delete([]byte(id))
+	})
+}
+
+// getShared reads the shared store's record of id (a sandbox of this
+// replica's has a copy there).
+func (s *store) getShared(ctx context.Context, id string) (*Record, error) {
+	sr, err := s.shared.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	r := &Record{}
+	if err := json.Unmarshal(sr.Data, r); err != nil {
+		return nil, fmt.Errorf("shared record %s: %w", id, err)
+	}
+	return r, nil
 }
 
 // getEgress returns a sandbox's sealed egress state, nil when it has none.

@@ -196,6 +196,7 @@ func loadConfig(path string, getenv func(string) string) (*config, error) {
 		{"HYBOX_KUBECONFIG", func(v string) error { c.Kubernetes.Kubeconfig = v; return nil }},
 		{"HYBOX_REPLICA", func(v string) error { c.Kubernetes.Replica = v; return nil }},
 		{"HYBOX_REPLICA_ADDRESS", func(v string) error { c.Kubernetes.ReplicaAddress = v; return nil }},
+		{"HYBOX_SHARED_DIR", func(v string) error { c.Kubernetes.SharedDir = v; return nil }},
 		{"HYBOX_INSECURE", func(v string) error {
 			b, err := strconv.ParseBool(v)
 			c.Insecure = b

@@ -58,6 +58,13 @@ type kubernetesConfig struct {
 	// it holds (env HYBOX_REPLICA_ADDRESS); "" = http://<addr>, or
 	// http://$POD_IP:<port> when addr listens on every address.
 	ReplicaAddress string `toml:"replica_address"`
+	// SharedDir is a directory every replica mounts (a ReadWriteMany
+	// volume) holding the directories of the wasm sandboxes that live in
+	// each replica's process, so that another replica takes such a
+	// sandbox over when its replica is gone (--shared-dir, env
+	// HYBOX_SHARED_DIR); "" = they stay in the data directory and are
+	// reported lost with their replica. Needs shared_state.
+	SharedDir string `toml:"shared_dir"`
 	// ExecdAccess is how the server reaches the Pods' execd and ports:
 	// "pod-ip" (default: the server is on the Pod network) or "api-proxy"
 	// (through the API server's Pod proxy, for a server outside it; no

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -33,7 +34,7 @@ func newServeCmd() *cobra.Command {
 		cfgPath, addr, dataDir, apiKey, apiKeyFile, guestDir, publicHost string
 		containerdAddr, runscBinary, execdBinary, ingressDomain          string
 		kubernetes, shareState                                           bool
-		kubeconfig                                                       string
+		kubeconfig, sharedDir                                            string
 		insecure                                                         bool
 		vaultKeyFile, egressRootCAFile                                   string
 		dnsUpstreams                                                     []string
@@ -84,6 +85,9 @@ func newServeCmd() *cobra.Command {
 			if f.Changed("shared-state") {
 				cfg.Kubernetes.SharedState = shareState
 			}
+			if f.Changed("shared-dir") {
+				cfg.Kubernetes.SharedDir = sharedDir
+			}
 			if f.Changed("runsc-binary") {
 				cfg.OCI.RunscBinary = runscBinary
 			}
@@ -122,6 +126,7 @@ func newServeCmd() *cobra.Command {
 	f.BoolVar(&kubernetes, "kubernetes", false, "container sandboxes as Pods of a Kubernetes cluster ([kubernetes] in the config; the local containerd is then not used)")
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of that cluster; implies --kubernetes (env HYBOX_KUBECONFIG; default: in-cluster)")
 	f.BoolVar(&shareState, "shared-state", false, "keep Pod sandboxes' records in the cluster so that several servers serve them all ([kubernetes] shared_state)")
+	f.StringVar(&sharedDir, "shared-dir", "", "a directory every replica mounts, where wasm sandboxes live so that another replica takes them over when theirs is gone ([kubernetes] shared_dir, env HYBOX_SHARED_DIR; needs --shared-state)")
 	f.StringVar(&runscBinary, "runsc-binary", "", "gVisor's runsc, built by scripts/containers/build-gvisor.sh, for runsc sandboxes (env HYBOX_RUNSC_BINARY)")
 	f.StringVar(&execdBinary, "execd-binary", "", "static hybox-execd binary (env HYBOX_EXECD_BINARY; default beside hybox)")
 	f.StringVar(&ingressDomain, "ingress-domain", "", "route <id>-<port>.<domain> to sandbox ports (env HYBOX_INGRESS_DOMAIN)")
@@ -189,10 +194,17 @@ func serve(ctx context.Context, cfg *config) error {
 	if err != nil {
 		return fmt.Errorf("wasm.output_limit: %w", err)
 	}
+	// Replicas that take over each other's wasm sandboxes clone Python
+	// contexts from one memory image, so that a context saved by one
+	// restores in another.
+	imageDir := ""
+	if cfg.Kubernetes.SharedDir != "" {
+		imageDir = filepath.Join(cfg.Kubernetes.SharedDir, "images")
+	}
 	start := time.Now()
 	wrt, stopGuests, err := wasm.Setup(ctx, wasm.SetupOptions{
 		Engine: eng, PythonPool: cfg.Wasm.PythonPool, PythonReady: cfg.Wasm.PythonReady, DefaultMemoryBytes: defMem, OutputLimitBytes: outLimit,
-		AllowedHostPaths: cfg.AllowedHostPaths,
+		AllowedHostPaths: cfg.AllowedHostPaths, ImageDir: imageDir,
 		Exec: execd.Options{
 			Limiter:          execd.NewLimiter(cfg.Wasm.MaxConcurrent, cfg.Wasm.QueueWait.Duration),
 			ExecTimeout:      cfg.Wasm.ExecTimeout.Duration,
@@ -257,6 +269,9 @@ func serve(ctx context.Context, cfg *config) error {
 	if err != nil {
 		return err
 	}
+	if cfg.Kubernetes.SharedDir != "" && sharedStore == nil {
+		return errors.New("kubernetes.shared_dir needs kubernetes.shared_state (--shared-state)")
+	}
 	var pools []api.CreatePoolRequest
 	for _, p := range cfg.Pools {
 		pools = append(pools, p.request())
@@ -266,7 +281,7 @@ func serve(ctx context.Context, cfg *config) error {
 		PublicHost: cfg.PublicHost, ReapInterval: cfg.ReapInterval.Duration, Logger: log, Images: images,
 		IngressDomain: cfg.IngressDomain, Egress: eg, VaultKey: vaultKey,
 		Pools: pools, Failpoint: os.Getenv("HYBOX_TEST_FAILPOINT"),
-		Shared: sharedStore, Replica: replica, ReplicaAddress: replicaAddr,
+		Shared: sharedStore, Replica: replica, ReplicaAddress: replicaAddr, SharedDir: cfg.Kubernetes.SharedDir,
 	})
 	if err != nil {
 		return err

@@ -92,6 +92,19 @@ type Store interface {
 	// write: an error wrapping errdefs.ErrConflict when it is no longer a
 	// member (another replica claimed it first).
 	ClaimMember(ctx context.Context, r Record) error
+	// TakeOver replaces the record of r.ID with r, which names its new
+	// owner, only while the stored record still names from as its owner:
+	// an error wrapping errdefs.ErrConflict when the owner has changed
+	// (another replica took it over first), runtimes.ErrNotFound when the
+	// record is gone. It is how a replica takes over a sandbox whose owner
+	// is gone, so that two replicas never both serve it.
+	TakeOver(ctx context.Context, r Record, from string) error
+	// Lapses counts the times this replica's heartbeat went unrenewed for
+	// so long that the others may have taken it for gone, and taken over
+	// what lives in its process, and says whether that is the case now.
+	// During a lapse, and after a new one until the replica has made sure
+	// they are still its own, it must not serve such sandboxes.
+	Lapses() (n uint64, now bool)
 	// Leading reports whether this replica leads now.
 	Leading() bool
 	// Alive reports whether the replica called name still runs (it

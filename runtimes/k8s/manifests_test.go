@@ -34,6 +34,7 @@ import (
 	"github.com/hybox-dev/hybox/runtimes/k8s"
 	"github.com/hybox-dev/hybox/runtimes/k8s/k8stest"
 	"github.com/hybox-dev/hybox/runtimes/oci/ocitest"
+	"github.com/hybox-dev/hybox/runtimes/wasm/engine"
 )
 
 // manifestFiles are deploy/kubernetes's files in the order they apply.
@@ -120,8 +121,10 @@ const nodeIP = "10.248.0.1"
 // manifests; a Pod sandbox made through one is commanded through the
 // other, and so is a wasm sandbox (forwarded to its owner); after one
 // replica's Pod is deleted (grace 0), the other serves the Pod sandbox and
-// reports the wasm sandbox lost; the ServiceAccount is refused what hybox
-// has no business doing; nothing is left.
+// takes the wasm sandbox over from the shared directory (a host directory
+// standing for a ReadWriteMany volume), its file and Python variable with
+// it; the ServiceAccount is refused what hybox has no business doing;
+// nothing is left.
 func TestManifests(t *testing.T) {
 	env := k8stest.Cluster(t)
 	execdImage := env.ExecdImage(t)
@@ -132,6 +135,10 @@ func TestManifests(t *testing.T) {
 
 	// The server's image: a static hybox and the guests.
 	dir := t.TempDir()
+	sharedDir := filepath.Join(dir, "shared")
+	if err := os.Mkdir(sharedDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	bin := filepath.Join(dir, "hybox")
 	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "./cmd/hybox")
 	build.Dir = ocitest.RepoRoot()
@@ -252,6 +259,7 @@ func TestManifests(t *testing.T) {
 			for old, repl := range map[string]string{
 				`execd_image = "localhost/hybox/execd:latest"`: fmt.Sprintf("execd_image = %q\nkubeconfig = \"/etc/hybox/kube/kubeconfig\"\nlease_duration = \"3s\"", execdImage),
 				`guest_dir = "/opt/hybox/guests"`:              "guest_dir = \"/opt/hybox/guests\"\npython_ready = 1",
+				`# shared_dir = "/var/lib/hybox-shared"`:       `shared_dir = "/var/lib/hybox-shared"`,
 			} {
 				if !strings.Contains(toml, old) {
 					t.Fatalf("the ConfigMap's hybox.toml has no line %s", old)
@@ -266,8 +274,12 @@ func TestManifests(t *testing.T) {
 			ctrs := tmpl["containers"].([]any)
 			c := ctrs[0].(map[string]any)
 			c["image"], c["imagePullPolicy"] = serverImage, "Never"
-			c["volumeMounts"] = append(c["volumeMounts"].([]any), map[string]any{"name": "kube", "mountPath": "/etc/hybox/kube", "readOnly": true})
-			tmpl["volumes"] = append(tmpl["volumes"].([]any), map[string]any{"name": "kube", "secret": map[string]any{"secretName": "hybox-kubeconfig"}})
+			c["volumeMounts"] = append(c["volumeMounts"].([]any), map[string]any{"name": "kube", "mountPath": "/etc/hybox/kube", "readOnly": true},
+				map[string]any{"name": "shared", "mountPath": "/var/lib/hybox-shared"})
+			// The shared directory: on one node a host directory stands
+			// for a ReadWriteMany volume.
+			tmpl["volumes"] = append(tmpl["volumes"].([]any), map[string]any{"name": "kube", "secret": map[string]any{"secretName": "hybox-kubeconfig"}},
+				map[string]any{"name": "shared", "hostPath": map[string]any{"path": sharedDir, "type": "Directory"}})
 			if err := unstructured.SetNestedMap(obj.Object, tmpl, "spec", "template", "spec"); err != nil {
 				t.Fatal(err)
 			}
@@ -356,30 +368,50 @@ func TestManifests(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range []string{sb.ID, wsb.ID} {
-		st, body := two.do("POST", "/v1/sandboxes/"+id+"/proxy/44772/command", `{"command":"echo in-the-cluster"}`)
+		st, body := two.do("POST", "/v1/sandboxes/"+id+"/proxy/44772/command", `{"command":"echo in-the-cluster > /tmp/note.txt; cat /tmp/note.txt"}`)
 		if st != http.StatusOK || !bytes.Contains(body, []byte("in-the-cluster")) {
 			t.Fatalf("command in %s through replica %s: %d %s", id, ready[1].Name, st, body)
 		}
 	}
+	if st, body := two.do("POST", "/v1/sandboxes/"+wsb.ID+"/proxy/44772/code", `{"context":{"language":"python"},"code":"x = 41"}`); st != http.StatusOK {
+		t.Fatalf("Python in the wasm sandbox: %d %s", st, body)
+	}
+	// Its context is saved in the shared directory a moment later.
+	manifest := filepath.Join(sharedDir, "replicas", ready[0].Name, "sandboxes", wsb.ID, "state", "contexts.state")
+	deadline := time.Now().Add(time.Minute)
+	for {
+		st, err := engine.ReadStateFile(manifest)
+		if err == nil && bytes.Contains(st.Host, []byte(`"count":1`)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the wasm sandbox's context is not saved in %s: %v", manifest, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 
-	// One replica's Pod killed: the other serves the Pod sandbox, and
-	// reports the wasm sandbox, which lived in the killed one, lost.
+	// One replica's Pod killed: the other serves the Pod sandbox, and takes
+	// over the wasm sandbox, which lived in the killed one, from the
+	// shared directory.
 	if err := pods.Delete(ctx, ready[0].Name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(2 * time.Minute)
+	deadline = time.Now().Add(2 * time.Minute)
 	if st, body := two.do("POST", "/v1/sandboxes/"+sb.ID+"/proxy/44772/command", `{"command":"echo still-served"}`); st != http.StatusOK || !bytes.Contains(body, []byte("still-served")) {
 		t.Fatalf("the Pod sandbox after replica %s's Pod was killed: %d %s", ready[0].Name, st, body)
 	}
 	for {
-		st, body := two.do("GET", "/v1/sandboxes/"+wsb.ID, "")
-		if st == http.StatusOK && bytes.Contains(body, []byte(`"OwnerLost"`)) {
+		st, body := two.do("POST", "/v1/sandboxes/"+wsb.ID+"/proxy/44772/command", `{"command":"cat /tmp/note.txt"}`)
+		if st == http.StatusOK && bytes.Contains(body, []byte("in-the-cluster")) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the wasm sandbox of killed replica %s: %d %s, want Failed OwnerLost", ready[0].Name, st, body)
+			t.Fatalf("the wasm sandbox of killed replica %s: %d %s, want it taken over with its file", ready[0].Name, st, body)
 		}
 		time.Sleep(250 * time.Millisecond)
+	}
+	if st, body := two.do("POST", "/v1/sandboxes/"+wsb.ID+"/proxy/44772/code", `{"context":{"language":"python"},"code":"x + 1"}`); st != http.StatusOK || !bytes.Contains(body, []byte(`"text":"42"`)) {
+		t.Errorf("the Python context of the wasm sandbox taken over: %d %s, want 42", st, body)
 	}
 	// The Deployment's new replica serves the Pod sandbox too.
 	var three *serveProc

@@ -16,6 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/hybox-dev/hybox/runtimes/k8s"
 	"github.com/hybox-dev/hybox/runtimes/k8s/k8stest"
@@ -52,6 +54,38 @@ key_file = %q
 `, addr, dataDir, key, guests, env.Kubeconfig, k8stest.Namespace, execdImage, name, vaultKey)
 }
 
+// replicaFixture is what the tests of several replicas share: the test
+// cluster, hybox-execd's image, the guests, and the cluster's Sandbox
+// resources, Secrets and Leases in the test namespace; the leader's Lease
+// and the route key's Secret go at cleanup.
+type replicaFixture struct {
+	env        *k8stest.Env
+	execdImage string
+	guests     string
+	crs        dynamic.ResourceInterface
+	secrets    corev1client.SecretInterface
+	leases     coordinationv1client.LeaseInterface
+}
+
+func newReplicaFixture(t *testing.T) *replicaFixture {
+	t.Helper()
+	env := k8stest.Cluster(t)
+	f := &replicaFixture{env: env, execdImage: env.ExecdImage(t)}
+	_, f.guests = hyboxBinary(t)
+	dyn, err := dynamic.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.crs = dyn.Resource(k8s.SandboxGVR).Namespace(k8stest.Namespace)
+	f.secrets = env.Client.CoreV1().Secrets(k8stest.Namespace)
+	f.leases = env.Client.CoordinationV1().Leases(k8stest.Namespace)
+	t.Cleanup(func() {
+		_ = f.leases.Delete(context.Background(), k8s.LeaseName, metav1.DeleteOptions{})
+		_ = f.secrets.Delete(context.Background(), "hybox-key-route", metav1.DeleteOptions{})
+	})
+	return f
+}
+
 // TestReplicas: two `hybox serve` processes with kubernetes.shared_state
 // serve the same Pod sandboxes, and forward requests for a wasm sandbox to
 // the replica that holds it (which reports it lost while that replica is
@@ -64,22 +98,10 @@ key_file = %q
 // killed in the middle of a create, left without a record; the first, started again, serves them
 // too, and a delete through it is seen by the second; nothing is left.
 func TestReplicas(t *testing.T) {
-	env := k8stest.Cluster(t)
-	execdImage := env.ExecdImage(t)
+	f := newReplicaFixture(t)
+	env, execdImage, guests, crs, leases := f.env, f.execdImage, f.guests, f.crs, f.leases
 	image := env.Image(t)
-	_, guests := hyboxBinary(t)
 	ctx := context.Background()
-	dyn, err := dynamic.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	crs := dyn.Resource(k8s.SandboxGVR).Namespace(k8stest.Namespace)
-	secrets := env.Client.CoreV1().Secrets(k8stest.Namespace)
-	leases := env.Client.CoordinationV1().Leases(k8stest.Namespace)
-	t.Cleanup(func() {
-		_ = leases.Delete(ctx, k8s.LeaseName, metav1.DeleteOptions{})
-		_ = secrets.Delete(ctx, "hybox-key-route", metav1.DeleteOptions{})
-	})
 
 	dir := t.TempDir()
 	const key = "k8s-replicas-test"

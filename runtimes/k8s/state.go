@@ -79,6 +79,11 @@ type State struct {
 	done     chan struct{}
 	// beatDone is closed when the heartbeat has stopped.
 	beatDone chan struct{}
+	// lastBeat is when the last heartbeat that the API server took was
+	// sent (unix nanoseconds); lapses counts the gaps between two such
+	// that were long enough to look gone (Lapses).
+	lastBeat atomic.Int64
+	lapses   atomic.Uint64
 	once     sync.Once
 }
 
@@ -228,7 +233,8 @@ func heartbeatName(identity string) string {
 func (s *State) beat(ctx context.Context) error {
 	leases := s.c.client.CoordinationV1().Leases(s.c.opts.Namespace)
 	name := heartbeatName(s.identity)
-	now := metav1.NewMicroTime(time.Now())
+	sent := time.Now()
+	now := metav1.NewMicroTime(sent)
 	secs := int32(s.lease / time.Second)
 	if secs < 1 {
 		secs = 1
@@ -247,7 +253,19 @@ func (s *State) beat(ctx context.Context) error {
 	if err != nil {
 		return s.apiError("renew Lease "+name, err)
 	}
+	if prev := s.lastBeat.Swap(sent.UnixNano()); prev != 0 && sent.Sub(time.Unix(0, prev)) > s.lease/2 {
+		s.lapses.Add(1)
+	}
 	return nil
+}
+
+// Lapses implements shared.Store. A gap of half the lease between two
+// renewals (one is due every third) counts: the others see a replica gone
+// after the whole lease, so this one stops serving what they could take
+// over before they can take it.
+func (s *State) Lapses() (uint64, bool) {
+	n := s.lapses.Load()
+	return n, time.Since(time.Unix(0, s.lastBeat.Load())) > s.lease/2
 }
 
 // heartbeat renews the heartbeat every third of the lease until ctx ends.
@@ -376,6 +394,32 @@ func (s *State) Put(ctx context.Context, r shared.Record) error {
 	}
 	if _, err := s.res().Patch(ctx, r.ID, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
 		return s.apiError("put Sandbox "+r.ID, err)
+	}
+	return nil
+}
+
+// TakeOver implements shared.Store: the same patch as Put, preceded by a
+// test that spec.owner is still from, so that of two replicas taking over
+// one sandbox only the first write applies (the API server applies a JSON
+// patch atomically and refuses it whole when a test fails).
+func (s *State) TakeOver(ctx context.Context, r shared.Record, from string) error {
+	spec, status, err := s.sandboxObject(r)
+	if err != nil {
+		return err
+	}
+	patch, err := json.Marshal([]map[string]any{
+		{"op": "test", "path": "/spec/owner", "value": from},
+		{"op": "replace", "path": "/spec", "value": spec},
+		{"op": "replace", "path": "/status", "value": status},
+	})
+	if err != nil {
+		return err
+	}
+	if _, err := s.res().Patch(ctx, r.ID, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
+		if apierrors.IsInvalid(err) {
+			return fmt.Errorf("%w: sandbox %s is no longer owned by replica %s", errdefs.ErrConflict, r.ID, from)
+		}
+		return s.apiError("take over Sandbox "+r.ID, err)
 	}
 	return nil
 }
