@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hybox-dev/hybox/runtimes"
 	"github.com/hybox-dev/hybox/sdks/go/api"
 )
 
@@ -58,6 +59,20 @@ func TestRefusesToStartWithoutKey(t *testing.T) {
 	require.Error(t, o.Validate())
 	o = Options{DataDir: t.TempDir(), Runtimes: nil, Insecure: true}
 	require.ErrorContains(t, o.Validate(), "Runtimes")
+}
+
+// A shared directory is refused where it cannot work: as a relative path,
+// or without a shared store.
+func TestSharedDirValidation(t *testing.T) {
+	sel, err := runtimes.NewSelector(nil, nil, "")
+	require.NoError(t, err)
+	for dir, want := range map[string]string{"shared": "not an absolute path", "/srv/shared": "SharedDir needs Shared"} {
+		o := Options{DataDir: t.TempDir(), Runtimes: sel, Insecure: true, SharedDir: dir}
+		require.ErrorContains(t, o.Validate(), want, dir)
+	}
+	for name, ok := range map[string]bool{"hybox-5f46ddcd58-7z9hv": true, "a/b": false, "..": false, ".": false, "": false} {
+		assert.Equal(t, ok, validReplicaDir(name), name)
+	}
 }
 
 func TestCreateValidation(t *testing.T) {

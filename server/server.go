@@ -108,11 +108,11 @@ func (o *Options) Validate() error {
 		return errors.New("server: Replica and ReplicaAddress are required with Shared")
 	}
 	if o.SharedDir != "" {
-		if o.Shared == nil {
-			return errors.New("server: SharedDir needs Shared (a directory shared by replicas that share no records is of no use)")
-		}
 		if !filepath.IsAbs(o.SharedDir) {
 			return fmt.Errorf("server: SharedDir %q is not an absolute path", o.SharedDir)
+		}
+		if o.Shared == nil {
+			return errors.New("server: SharedDir needs Shared (a directory shared by replicas that share no records is of no use)")
 		}
 		if !validReplicaDir(o.Replica) {
 			return fmt.Errorf("server: replica name %q cannot name a directory in SharedDir", o.Replica)
