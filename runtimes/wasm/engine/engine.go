@@ -27,7 +27,9 @@ type Guest struct {
 	// Cooperative guests stop themselves when asked (QuickJS polls an
 	// interrupt hook), so they run on a runtime without wazero's
 	// close-on-context-done checks, which cost QuickJS about 4x in loops.
-	// Other guests are stopped by wazero when their context is done.
+	// Other guests compiled for memory images are guarded (Guard) and run
+	// there too; the rest are stopped by wazero when their context is
+	// done.
 	Cooperative bool
 }
 
@@ -54,7 +56,7 @@ type Options struct {
 // for concurrent use.
 type Engine struct {
 	rt    wazero.Runtime // closes modules when their context is done
-	coop  wazero.Runtime // for cooperative guests: no such checks
+	coop  wazero.Runtime // for cooperative and guarded guests: no such checks
 	cache wazero.CompilationCache
 	opts  Options
 

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 
 	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
 )
 
 // PythonManifest is the file, in the guest directory, that
@@ -96,10 +97,43 @@ func (e *Engine) ReadGuest(g Guest) ([]byte, error) {
 type ImageModule struct {
 	Module wazero.CompiledModule
 	Data   []DataSegment
+	// Guarded says the module carries the loop guard (Guard) and runs
+	// without wazero's termination checks.
+	Guarded bool
+	rt      wazero.Runtime // the runtime Module is compiled for
+}
+
+// Instantiate makes an instance of the module with cfg, in the runtime it
+// is compiled for. It is stopped when ctx is done: a guarded module's
+// guard is set (the call running traps at its next loop iteration); any
+// other module is closed by wazero in the call whose context that is
+// (pass ctx to the calls). Closing the instance forgets ctx.
+//
+// # Errors
+// What wazero's InstantiateModule returns.
+func (im *ImageModule) Instantiate(ctx context.Context, cfg wazero.ModuleConfig) (api.Module, error) {
+	mod, err := im.rt.InstantiateModule(ctx, im.Module, cfg)
+	if err != nil || !im.Guarded {
+		return mod, err
+	}
+	return &guardedInstance{Module: mod, release: context.AfterFunc(ctx, func() { Stop(mod) })}, nil
+}
+
+// guardedInstance is an instance whose guard is set when its context is
+// done, until it is closed.
+type guardedInstance struct {
+	api.Module
+	release func() bool
+}
+
+func (g *guardedInstance) Close(ctx context.Context) error {
+	g.release()
+	return g.Module.Close(ctx)
 }
 
 // CompileForImages compiles g (digest checked) without its data segments,
-// once per engine.
+// once per engine. A guest that is not Cooperative is guarded (Guard) when
+// it can be, so that it runs without wazero's termination checks.
 //
 // # Errors
 // ErrGuestMissing; an error when the module's data cannot be split (see
@@ -119,7 +153,13 @@ func (e *Engine) CompileForImages(ctx context.Context, g Guest) (*ImageModule, e
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", g.Name, err)
 	}
-	cm, err := e.RuntimeFor(g).CompileModule(ctx, stripped)
+	rt, guarded := e.RuntimeFor(g), false
+	if !g.Cooperative {
+		if gb, err := Guard(stripped); err == nil {
+			stripped, rt, guarded = gb, e.coop, true
+		}
+	}
+	cm, err := rt.CompileModule(ctx, stripped)
 	if err != nil {
 		return nil, fmt.Errorf("compile %s: %w", g.Name, err)
 	}
@@ -128,7 +168,7 @@ func (e *Engine) CompileForImages(ctx context.Context, g Guest) (*ImageModule, e
 	for i, s := range segs {
 		kept[i] = DataSegment{Offset: s.Offset, Data: append([]byte(nil), s.Data...)}
 	}
-	im := &ImageModule{Module: cm, Data: kept}
+	im := &ImageModule{Module: cm, Data: kept, Guarded: guarded, rt: rt}
 	if e.images == nil {
 		e.images = map[string]*ImageModule{}
 	}

@@ -195,7 +195,7 @@ func (m *Manager) instantiate(ctx context.Context, v *vm, boot bool, memory func
 		cfg = cfg.WithSysWalltime().WithNanotime(m.nanotime, 1).WithSysNanosleep().
 			WithRandSource(rand.Reader)
 	}
-	mod, err := m.eng.RuntimeFor(engine.QuickJS).InstantiateModule(ictx, m.mod.Module, cfg)
+	mod, err := m.mod.Instantiate(ictx, cfg)
 	if err != nil {
 		return fmt.Errorf("instantiate quickjs: %w", err)
 	}

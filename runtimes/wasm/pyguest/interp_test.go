@@ -260,6 +260,24 @@ func TestStopKeepsState(t *testing.T) {
 			t.Errorf("state after kill: %+v, want NameError", xerr)
 		}
 	})
+	// A loop in C never reaches the eval breaker: the loop guard stops it
+	// (engine.Guard), in well under the minutes the loop would take.
+	t.Run("a guest stuck in C is destroyed", func(t *testing.T) {
+		it := newInterp(t, m, root, "/", 0)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		start := time.Now()
+		_, err := it.Run(ctx, "sum(range(10**15))", newRecorder())
+		if !errors.Is(err, execd.ErrTimeout) || !errors.Is(err, execd.ErrContextLost) {
+			t.Fatalf("err %v, want a timeout that lost the context", err)
+		}
+		if took := time.Since(start); took > time.Minute {
+			t.Errorf("the kill took %v", took)
+		}
+		if got := plain(t, mustRun(t, it, "1 + 1")); got != "2" {
+			t.Errorf("a cell after the kill: %s, want 2", got)
+		}
+	})
 }
 
 func indent(code string) string {

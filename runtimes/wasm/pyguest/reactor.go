@@ -188,7 +188,7 @@ func (r *reactor) boot(ctx context.Context) error {
 		stderr: &errBuf,
 		sleep:  ctxSleep(ctx),
 	}
-	mod, err := r.eng.Runtime().InstantiateModule(ctx, r.mod.Module, r.config(g))
+	mod, err := r.mod.Instantiate(ctx, r.config(g))
 	if err != nil {
 		return fmt.Errorf("instantiate python: %w", err)
 	}
@@ -311,7 +311,7 @@ func (r *reactor) clone(ctx context.Context, base context.Context, root experime
 		sleep:  ri.sleep,
 	}
 	ictx, mem := engine.WithImage(ri.life, img, ri.limit)
-	mod, err := r.eng.Runtime().InstantiateModule(ictx, r.mod.Module, r.config(g))
+	mod, err := r.mod.Instantiate(ictx, r.config(g))
 	if err != nil {
 		ri.kill(err)
 		return nil, fmt.Errorf("instantiate python: %w", err)
@@ -501,7 +501,7 @@ func (r *reactor) command(ctx context.Context, cmd engine.Command, args []string
 	for k, v := range commandEnv(cmd.Env, cwd) {
 		cfg = cfg.WithEnv(k, v)
 	}
-	mod, err := r.eng.Runtime().InstantiateModule(ctx, r.mod.Module, cfg)
+	mod, err := r.mod.Instantiate(ctx, cfg)
 	if err != nil {
 		return err
 	}
