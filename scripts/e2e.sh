@@ -251,16 +251,10 @@ for p in $passes; do
 	else
 		img=$image rt=$p
 	fi
-	# gVisor Pods have no egress agent (docs/kubernetes.md): the suites
-	# check that a policy is refused there instead of enforced.
-	refused=
-	if [ -n "$kube" ] && [ "$p" = runsc ]; then
-		refused="gVisor Pods on Kubernetes have no egress agent"
-	fi
-	say "=== pass $p: image $img${rt:+, runtime $rt}${refused:+ (egress policies refused: $refused)}"
+	say "=== pass $p: image $img${rt:+, runtime $rt}"
 	t=$(date +%s.%N)
 	rc=0
-	HYBOX_E2E_IMAGE=$img HYBOX_E2E_RUNTIME=$rt HYBOX_E2E_EGRESS_REFUSED=$refused ./e2e/run.sh "$suites" || rc=$?
+	HYBOX_E2E_IMAGE=$img HYBOX_E2E_RUNTIME=$rt ./e2e/run.sh "$suites" || rc=$?
 	took=$(elapsed "$t")
 	if ! kill -0 "$pid" 2>/dev/null; then
 		wait "$pid" && srv=0 || srv=$?

@@ -1,15 +1,23 @@
 // Command hybox-egress enforces a sandbox's egress policy and credential
 // vault inside a network namespace the hybox server cannot enter: a
 // Kubernetes Pod's (runtimes/k8s). It runs the server's own code
-// (policy/egress: the Controller, its nftables firewall, DNS proxy and
-// credential proxy) in the Pod, with CAP_NET_ADMIN, in containers of its
-// own; the workload container never has that capability.
+// (policy/egress: the Controller, its firewall, DNS proxy and credential
+// proxy) in the Pod, with CAP_NET_ADMIN, in containers of its own; the
+// workload container never has that capability.
 //
 // Usage:
 //
-//	hybox-egress init  --config FILE [-- COMMAND ARGS...]
-//	hybox-egress serve --config FILE --listen IP
+//	hybox-egress init  --config FILE [--firewall nftables|xtables] [-- COMMAND ARGS...]
+//	hybox-egress serve --config FILE --listen IP [--firewall nftables|xtables]
 //	hybox-egress wait  [--timeout D]
+//
+// --firewall names the packet filter the Pod's network namespace has:
+// the kernel's nftables (the default: runc and other runtimes that share
+// the node's kernel), or xtables, the iptables of gVisor's netstack
+// (policy/xt), which also needs CAP_NET_RAW and runsc's net-raw option.
+// The backend that makes the Pod says which: it knows the Pod's
+// RuntimeClass, and a Pod whose firewall cannot be installed fails to
+// start, saying why, rather than running with another.
 //
 // init installs the firewall of the configured state and exits, or, given
 // a COMMAND, executes it in its place: the Pod's first init container, so
@@ -66,7 +74,18 @@ func run(args []string, stderr io.Writer) int {
 	listen := fs.String("listen", "", "the IP to serve the control API on (the Pod's)")
 	timeout := fs.Duration("timeout", 60*time.Second, "wait: how long to wait")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
+	firewall := fs.String("firewall", egress.NFTables.Name(), "the namespace's packet filter: "+egress.NFTables.Name()+" or "+egress.XTables.Name())
 	if err := fs.Parse(args[1:]); err != nil {
+		return 2
+	}
+	var fw egress.FirewallBackend
+	switch *firewall {
+	case egress.NFTables.Name():
+		fw = egress.NFTables
+	case egress.XTables.Name():
+		fw = egress.XTables
+	default:
+		fmt.Fprintf(stderr, "hybox-egress: --firewall %q: want %s or %s\n", *firewall, egress.NFTables.Name(), egress.XTables.Name())
 		return 2
 	}
 	var lvl slog.Level
@@ -80,12 +99,12 @@ func run(args []string, stderr io.Writer) int {
 	var err error
 	switch args[0] {
 	case "init":
-		if err = initFirewall(*conf, log); err == nil && fs.NArg() > 0 {
+		if err = initFirewall(*conf, fw, log); err == nil && fs.NArg() > 0 {
 			argv := fs.Args()
 			err = syscall.Exec(argv[0], argv, os.Environ())
 		}
 	case "serve":
-		err = serve(ctx, *conf, *listen, log)
+		err = serve(ctx, *conf, *listen, fw, log)
 	case "wait":
 		err = wait(ctx, *timeout)
 	default:
@@ -100,7 +119,7 @@ func run(args []string, stderr io.Writer) int {
 }
 
 // load reads the configuration and builds the sandbox's controller.
-func load(path string, log *slog.Logger) (*egress.AgentConfig, *egress.Controller, error) {
+func load(path string, fw egress.FirewallBackend, log *slog.Logger) (*egress.AgentConfig, *egress.Controller, error) {
 	if path == "" {
 		return nil, nil, errors.New("--config is required")
 	}
@@ -112,7 +131,7 @@ func load(path string, log *slog.Logger) (*egress.AgentConfig, *egress.Controlle
 	if err != nil {
 		return nil, nil, err
 	}
-	m, err := cfg.Manager(log)
+	m, err := cfg.Manager(log, fw)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -124,8 +143,8 @@ func load(path string, log *slog.Logger) (*egress.AgentConfig, *egress.Controlle
 }
 
 // initFirewall installs the configured state's firewall and exits.
-func initFirewall(path string, log *slog.Logger) error {
-	_, c, err := load(path, log)
+func initFirewall(path string, fw egress.FirewallBackend, log *slog.Logger) error {
+	_, c, err := load(path, fw, log)
 	if err != nil {
 		return err
 	}
@@ -133,13 +152,13 @@ func initFirewall(path string, log *slog.Logger) error {
 	if err := c.Install(selfNS); err != nil {
 		return err
 	}
-	log.Info("egress firewall installed")
+	log.Info("egress firewall installed", "firewall", fw.Name())
 	return nil
 }
 
 // serve runs the sidecar until SIGTERM.
-func serve(ctx context.Context, path, listen string, log *slog.Logger) error {
-	cfg, c, err := load(path, log)
+func serve(ctx context.Context, path, listen string, fw egress.FirewallBackend, log *slog.Logger) error {
+	cfg, c, err := load(path, fw, log)
 	if err != nil {
 		return err
 	}
@@ -167,7 +186,7 @@ func serve(ctx context.Context, path, listen string, log *slog.Logger) error {
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(tls.NewListener(l, tc)) }()
-	log.Info("egress agent serving", "sandbox", cfg.ID, "control", l.Addr().String())
+	log.Info("egress agent serving", "sandbox", cfg.ID, "control", l.Addr().String(), "firewall", fw.Name())
 	select {
 	case <-ctx.Done():
 	case err := <-done:

@@ -27,6 +27,7 @@ func TestRunRefuses(t *testing.T) {
 		{"MissingFile", []string{"serve", "--config", filepath.Join(t.TempDir(), "none"), "--listen", "10.0.0.1"}, 1, "no such file"},
 		{"Incomplete", []string{"init", "--config", bad}, 1, "key"},
 		{"BadLogLevel", []string{"init", "--log-level", "loud"}, 2, "log-level"},
+		{"BadFirewall", []string{"init", "--firewall", "pf"}, 2, "--firewall"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var out bytes.Buffer

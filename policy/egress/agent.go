@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/hybox-dev/hybox/policy"
+	"github.com/hybox-dev/hybox/policy/xt"
 	"github.com/hybox-dev/hybox/sdks/go/errdefs"
 	"github.com/hybox-dev/hybox/vault"
 )
@@ -155,17 +156,18 @@ func hexKey(s string) (vault.Key, error) {
 }
 
 // Manager returns the agent's Manager: the config's upstreams and roots
-// (nothing else is trusted), its mark, its control port guarded.
+// (nothing else is trusted), its mark, its control port guarded, its
+// namespace's packet filter programmed through fw (nil: NFTables).
 //
 // # Errors
 // As NewManager's.
-func (c *AgentConfig) Manager(logger *slog.Logger) (*Manager, error) {
+func (c *AgentConfig) Manager(logger *slog.Logger, fw FirewallBackend) (*Manager, error) {
 	// Only the configured roots: the agent's image has no trust store of
 	// its own, and none at all fails every intercepted upstream (closed).
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(c.Roots)
 	return NewManager(Options{DNSUpstreams: c.DNSUpstreams, RootCAs: roots, SystemBundle: []byte{},
-		Mark: c.Mark, GuardPorts: []uint16{c.ControlPort}, Logger: logger})
+		Mark: c.Mark, GuardPorts: []uint16{c.ControlPort}, Firewall: fw, Logger: logger})
 }
 
 // Controller returns the controller of the config's state.
@@ -248,7 +250,14 @@ func (a *Agent) Apply(b []byte) error {
 	} else if err := a.c.useVault(st.Vault, st.CA); err != nil {
 		return err
 	}
-	return a.c.SetPolicy(st.Policy)
+	if err := a.c.SetPolicy(st.Policy); errors.Is(err, xt.ErrFull) {
+		// The policy's rules do not fit the netstack's tables: the
+		// user's to change, and said as it is.
+		return fmt.Errorf("%w: egress state: %v", errdefs.ErrInvalid, err)
+	} else if err != nil {
+		return err
+	}
+	return nil
 }
 
 // AgentClient is a Remote: it pushes states to an agent over HTTPS,

@@ -3,6 +3,7 @@ package egress
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -33,6 +34,13 @@ type agentPair struct {
 
 func newAgentPair(t *testing.T, e *env, cfg Config) agentPair {
 	t.Helper()
+	return newAgentPairFirewall(t, e, cfg, nil)
+}
+
+// newAgentPairFirewall is newAgentPair with the agent's firewall
+// programmed through fw, as hybox-egress --firewall does.
+func newAgentPairFirewall(t *testing.T, e *env, cfg Config, fw FirewallBackend) agentPair {
+	t.Helper()
 	srv := e.sandbox(t, cfg)
 	ac, err := srv.NewAgentConfig(44773, 0x68796278, nil)
 	require.NoError(t, err)
@@ -41,7 +49,7 @@ func newAgentPair(t *testing.T, e *env, cfg Config) agentPair {
 	require.NoError(t, err)
 	parsed, err := ParseAgentConfig(b)
 	require.NoError(t, err)
-	am, err := parsed.Manager(nil)
+	am, err := parsed.Manager(nil, fw)
 	require.NoError(t, err)
 	agentCtl, err := parsed.Controller(am)
 	require.NoError(t, err)
@@ -156,9 +164,15 @@ func TestAgent(t *testing.T) {
 // vault starts its credential proxy there when a state brings one (a pool
 // member's claim), and the firewall sends connections to it.
 func TestAgentVaultLive(t *testing.T) {
+	for _, fw := range firewalls {
+		t.Run(fw.Name(), func(t *testing.T) { testAgentVaultLive(t, fw) })
+	}
+}
+
+func testAgentVaultLive(t *testing.T, fw FirewallBackend) {
 	ns := netnstest.New(t) // skips unless root
 	e := newEnv(t)
-	p := newAgentPair(t, e, Config{Policy: pol(policy.Deny, "allow ok.test")})
+	p := newAgentPairFirewall(t, e, Config{Policy: pol(policy.Deny, "allow ok.test")}, fw)
 	require.NoError(t, p.agent.Enforce(context.Background(), ns.Path))
 	proxyAddr := "127.0.0.1:" + strconv.Itoa(ProxyPort)
 	dial := func() error {
@@ -190,3 +204,28 @@ type records struct{ p *policy.Policy }
 func (r *records) Policy() (*policy.Policy, error)   { return r.p, nil }
 func (r *records) SavePolicy(p *policy.Policy) error { r.p = p; return nil }
 func (r *records) SaveVault(*Controller) error       { return nil }
+
+// TestAgentPolicyTooLarge needs root: a policy whose rules do not fit the
+// xtables firewall (gVisor's netstack) is refused by the agent with the
+// reason, and the agent keeps the policy it had.
+func TestAgentPolicyTooLarge(t *testing.T) {
+	ns := netnstest.New(t) // skips unless root
+	e := newEnv(t)
+	p := newAgentPairFirewall(t, e, Config{Policy: pol(policy.Deny, "allow ok.test")}, XTables)
+	require.NoError(t, p.agent.Enforce(context.Background(), ns.Path))
+	client, err := NewAgentClient(p.addr, p.cfg)
+	require.NoError(t, err)
+	var rules []string
+	for i := range 300 {
+		rules = append(rules, fmt.Sprintf("allow 198.18.%d.%d", i/250, i%250))
+	}
+	err = client.Push(context.Background(), State{Policy: pol(policy.Deny, rules...)})
+	require.ErrorIs(t, err, errdefs.ErrUnavailable)
+	assert.Contains(t, err.Error(), "400")
+	assert.Contains(t, err.Error(), "the egress firewall is full")
+	assert.Contains(t, err.Error(), "IPv4 filter")
+	kept := p.agent.Policy().Policy().Egress
+	require.Len(t, kept, 1, "the agent keeps its policy")
+	assert.Equal(t, "ok.test", kept[0].Target)
+	require.NoError(t, client.Push(context.Background(), State{Policy: pol(policy.Deny, rules[:100]...)}), "a policy that fits")
+}

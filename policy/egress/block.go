@@ -150,10 +150,11 @@ func (s *Controller) block(name string, addrs []netip.Addr, ttl time.Duration) {
 	}
 	log.Debug("addresses of a denied name blocked", "sandbox", s.id, "name", name, "count", len(fresh))
 	if s.table != nil {
-		_, err := nft.Cut(s.nsPath, func(a netip.Addr) bool { return fresh[a] && c.Addr(a).Index < 0 })
-		if err != nil {
+		deny := func(a netip.Addr) bool { return fresh[a] && c.Addr(a).Index < 0 }
+		if _, err := s.table.Cut(deny); err != nil {
 			log.Error("cutting connections to a denied name", "sandbox", s.id, "name", name, "err", err)
 		}
+		s.cutProxiedLocked(deny)
 	}
 	s.cutConns(c)
 }

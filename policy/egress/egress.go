@@ -3,8 +3,10 @@
 //
 // A container sandbox gets, inside its own network namespace: a DNS proxy
 // on 127.0.0.53:53 (the sandbox's only resolver: denied names answer
-// NXDOMAIN, allowed answers teach the firewall their addresses), an
-// nftables table that rejects everything the policy does not allow, and,
+// NXDOMAIN, allowed answers teach the firewall their addresses), a
+// firewall that rejects everything the policy does not allow (an nftables
+// table; in gVisor's netstack, which has none, its iptables: see
+// FirewallBackend), and,
 // when the sandbox has a credential vault, a transparent proxy on
 // 127.0.0.1:15001 that every outbound TCP connection is redirected to. The
 // proxy terminates TLS (with the sandbox's own CA) only for hosts that have
@@ -96,7 +98,10 @@ type Options struct {
 	// GuardPorts are TCP ports of the namespace its own sockets may not
 	// connect to (the agent's control port): see nft.Rules.GuardPorts.
 	GuardPorts []uint16
-	Logger     *slog.Logger
+	// Firewall programs the namespaces' packet filters: NFTables (nil)
+	// or XTables (gVisor's netstack, which has no nftables).
+	Firewall FirewallBackend
+	Logger   *slog.Logger
 }
 
 // Manager holds what every sandbox's egress shares.
@@ -110,6 +115,9 @@ type Manager struct {
 func NewManager(opts Options) (*Manager, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Firewall == nil {
+		opts.Firewall = NFTables
 	}
 	if len(opts.DNSUpstreams) == 0 {
 		ups, err := hostResolvers("/etc/resolv.conf")
@@ -208,7 +216,7 @@ type Controller struct {
 	mu      sync.Mutex
 	closed  bool
 	nsPath  string
-	table   *nft.Table
+	table   Firewall
 	dns     *dnsproxy.Proxy
 	proxy   *tproxy.Proxy
 	learned map[netip.Addr]learnedAddr
@@ -279,10 +287,12 @@ func (s *Controller) Vault() *vault.Vault { return s.vault }
 func (s *Controller) CA() *tproxy.CA { return s.ca }
 
 // SetPolicy compiles p and makes it the sandbox's policy. In a container
-// the firewall is replaced in one transaction before SetPolicy returns, so
-// new connections follow the new policy at once, and then the established
-// connections that the new policy denies are cut (see nft.Cut); the others
-// are kept. Do's open connections that the new policy denies are closed.
+// the firewall is replaced before SetPolicy returns (nftables: in one
+// transaction; xtables: table by table, never looser than the new policy),
+// so new connections follow the new policy at once, and then the
+// established connections that the new policy denies are cut (see nft.Cut
+// and xt.Table.Cut); the others are kept. Do's open connections that the
+// new policy denies are closed.
 func (s *Controller) SetPolicy(p *policy.Policy) error {
 	var c *policy.Compiled
 	if p != nil {
@@ -301,7 +311,7 @@ func (s *Controller) SetPolicy(p *policy.Policy) error {
 		s.pol.Store(c)
 		return nil
 	}
-	s.pol.Store(c)
+	prev := s.pol.Swap(c)
 	s.startBlockingLocked(c)
 	// Do's pooled connections were decided by the old policy: a new
 	// client makes the next request dial, and be decided, again.
@@ -317,6 +327,9 @@ func (s *Controller) SetPolicy(p *policy.Policy) error {
 		return nil
 	}
 	if err := s.applyLocked(); err != nil {
+		// The firewall kept the previous policy (xtables: one that does
+		// not fit), and so does the controller.
+		s.pol.Store(prev)
 		return err
 	}
 	s.cutLocked()
@@ -331,13 +344,27 @@ func (s *Controller) cutLocked() {
 	if c == nil {
 		return
 	}
-	cut, err := nft.Cut(s.nsPath, func(a netip.Addr) bool { return !s.allowsLocked(c, a) })
+	deny := func(a netip.Addr) bool { return !s.allowsLocked(c, a) }
+	cut, err := s.table.Cut(deny)
 	log := s.m.opts.Logger
 	for _, f := range cut {
 		log.Debug("connection cut by a policy change", "sandbox", s.id, "flow", f.String())
 	}
 	if err != nil {
 		log.Error("cutting connections that the new policy denies", "sandbox", s.id, "err", err)
+	}
+	s.cutProxiedLocked(deny)
+}
+
+// cutProxiedLocked resets the credential proxy's connections to what
+// deny refuses, where the firewall cannot: its filter sees them only at
+// the proxy's address (natFirst).
+func (s *Controller) cutProxiedLocked(deny func(netip.Addr) bool) {
+	if _, ok := s.table.(natFirst); !ok || s.proxy == nil {
+		return
+	}
+	if n := s.proxy.Cut(func(dst netip.AddrPort) bool { return deny(dst.Addr().Unmap()) }); n > 0 {
+		s.m.opts.Logger.Debug("credential proxy connections cut by a policy change", "sandbox", s.id, "count", n)
 	}
 }
 
@@ -539,7 +566,7 @@ func (s *Controller) Enforce(ctx context.Context, nsPath string) error {
 			pl.Close()
 		}
 	}
-	table, err := nft.Open(nsPath)
+	table, err := s.m.opts.Firewall.Open(nsPath, s.m.opts.Logger.With("sandbox", s.id, "component", "firewall"))
 	if err != nil {
 		closeAll()
 		return fmt.Errorf("egress: firewall of sandbox %s: %w", s.id, err)
@@ -651,7 +678,7 @@ func (s *Controller) useVault(v *vault.Vault, ca *tproxy.CA) error {
 func (s *Controller) Install(nsPath string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	table, err := nft.Open(nsPath)
+	table, err := s.m.opts.Firewall.Open(nsPath, s.m.opts.Logger.With("sandbox", s.id, "component", "firewall"))
 	if err != nil {
 		return fmt.Errorf("egress: firewall of sandbox %s: %w", s.id, err)
 	}

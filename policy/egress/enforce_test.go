@@ -43,10 +43,16 @@ func queryNS(t *testing.T, nsPath, network, name string) (*dns.Msg, error) {
 }
 
 // TestEnforce needs root: it opens the sandbox's sockets in a throwaway
-// network namespace and installs its firewall there.
+// network namespace and installs its firewall there, with each backend.
 func TestEnforce(t *testing.T) {
+	for _, fw := range firewalls {
+		t.Run(fw.Name(), func(t *testing.T) { testEnforce(t, fw) })
+	}
+}
+
+func testEnforce(t *testing.T, fw FirewallBackend) {
 	ns := netnstest.New(t) // skips unless root
-	e := newEnv(t)
+	e := newEnvFirewall(t, fw)
 
 	type learnCall struct {
 		name  string

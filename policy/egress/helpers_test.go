@@ -158,17 +158,26 @@ func (r *recorder) url(host, path string) string {
 	return scheme + "://" + net.JoinHostPort(host, r.port) + path
 }
 
-func newEnv(t testing.TB) *env {
+func newEnv(t testing.TB) *env { return newEnvFirewall(t, nil) }
+
+// newEnvFirewall is newEnv with the controllers' firewall programmed
+// through fw (nil: NFTables).
+func newEnvFirewall(t testing.TB, fw FirewallBackend) *env {
 	t.Helper()
 	up, err := tproxy.NewCA("hybox egress test upstream")
 	require.NoError(t, err)
 	e := &env{zone: startZone(t), upstream: up, http: newRecorder(t, nil), tls: newRecorder(t, up)}
 	roots := x509.NewCertPool()
 	roots.AddCert(up.Certificate())
-	e.m, err = NewManager(Options{DNSUpstreams: []string{e.zone}, RootCAs: roots, SystemBundle: []byte("# system bundle\n")})
+	e.m, err = NewManager(Options{DNSUpstreams: []string{e.zone}, RootCAs: roots, SystemBundle: []byte("# system bundle\n"), Firewall: fw})
 	require.NoError(t, err)
 	return e
 }
+
+// firewalls are the backends the namespace tests run over: nftables, and
+// xtables in Linux's own iptables (gVisor's netstack is the cluster
+// tests').
+var firewalls = []FirewallBackend{NFTables, XTables}
 
 // sandbox returns a controller for cfg, closed when t ends.
 func (e *env) sandbox(t testing.TB, cfg Config) *Controller {

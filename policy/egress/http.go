@@ -18,7 +18,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hybox-dev/hybox/policy"
-	"github.com/hybox-dev/hybox/policy/nft"
 	"github.com/hybox-dev/hybox/vault"
 	"github.com/hybox-dev/hybox/vault/tproxy"
 )
@@ -258,12 +257,24 @@ func hostOnly(ip netip.Addr) bool {
 	return ip.IsLoopback() || ip.IsUnspecified() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast()
 }
 
-// newProxy is the container's transparent credential proxy.
+// newProxy is the container's transparent credential proxy. s.mu is held
+// and the firewall open.
 func (s *Controller) newProxy() (*tproxy.Proxy, error) {
 	v := s.vault
+	var admit func(netip.AddrPort) error
+	if fw, ok := s.table.(natFirst); ok {
+		// The filter saw the connection only at the proxy's address.
+		admit = func(dst netip.AddrPort) error {
+			if !fw.Allows(dst) {
+				return fmt.Errorf("%w: %v", policy.ErrDenied, dst)
+			}
+			return nil
+		}
+	}
 	return tproxy.New(tproxy.Config{
 		CA:          s.ca,
-		OriginalDst: nft.OriginalDst,
+		OriginalDst: s.m.opts.Firewall.OriginalDst,
+		Admit:       admit,
 		Intercept:   v.Intercepts,
 		// Nothing authenticates a plaintext upstream: inject only when
 		// the sandbox's own resolver sent the request's host there, or
@@ -294,6 +305,11 @@ func loopbackUp() error {
 	}
 	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
 		return err
+	}
+	if ifr.Uint16()&unix.IFF_UP != 0 {
+		// Up already (always in gVisor's netstack, which cannot set
+		// flags: SIOCSIFFLAGS is ENOTTY there).
+		return nil
 	}
 	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
 	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)

@@ -27,8 +27,9 @@ import (
 // BenchmarkCreateFirstCommand: a sandbox Pod from create to the result of
 // its first command (`echo`), image present on the node; each iteration is
 // one sandbox, destroyed after the clock stops. Reports p50 and p90.
-// runc+egress: with an egress controller (a deny-all policy), so the Pod
-// has hybox-egress's init container and sidecar.
+// runc+egress, gvisor+egress: with an egress controller (a deny-all
+// policy), so the Pod has hybox-egress's init container and sidecar
+// (under gVisor programming the netstack's iptables).
 //
 //	go test -trimpath ./runtimes/k8s -run '^$' -bench CreateFirstCommand -benchtime 10x
 func BenchmarkCreateFirstCommand(b *testing.B) {
@@ -40,7 +41,7 @@ func BenchmarkCreateFirstCommand(b *testing.B) {
 	for _, rc := range []struct {
 		name, class string
 		egress      bool
-	}{{"runc", "runc", false}, {"runc", "runc", true}, {"runsc", "gvisor", false}} {
+	}{{"runc", "runc", false}, {"runc", "runc", true}, {"runsc", "gvisor", false}, {"runsc", "gvisor", true}} {
 		label := rc.class
 		if rc.egress {
 			label += "+egress"

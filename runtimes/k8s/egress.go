@@ -27,6 +27,10 @@ import (
 // native sidecar (an init container with restartPolicy Always) serves the
 // DNS and credential proxies and the control API the server pushes
 // changes to. Both have CAP_NET_ADMIN; the workload container does not.
+// Under gVisor the firewall is the iptables of its netstack (policy/xt,
+// hybox-egress --firewall xtables), programmed through a raw socket: the
+// two egress containers also have CAP_NET_RAW there (runsc must run with
+// net-raw), and the workload has it dropped, as everywhere.
 const (
 	// AgentPort is the agent's control port (HTTPS) on the Pod's IP.
 	AgentPort = 44773
@@ -59,9 +63,10 @@ type agentEgress interface {
 
 // podEgress is what a Pod gets of its sandbox's egress controller.
 type podEgress struct {
-	agent *egress.AgentConfig // nil: no agent (an unrestricted gVisor sandbox)
-	files map[string][]byte   // path in the workload → content
-	env   map[string]string
+	agent  *egress.AgentConfig // nil: no agent (an unrestricted sandbox reached through the API server's proxy)
+	files  map[string][]byte   // path in the workload → content
+	env    map[string]string
+	gvisor bool // the Pod runs under gVisor: its netstack's iptables
 }
 
 // egressOf prepares the Pod's part of spec's egress controller: the
@@ -70,9 +75,8 @@ type podEgress struct {
 //
 // # Errors
 // runtimes.ErrNotSupported for a controller the backend cannot give an
-// agent, and for a restricted policy or a vault on gVisor, whose netstack
-// has none of the kernel's nftables, conntrack or sock_diag that the agent
-// enforces with.
+// agent, and for a restricted policy or a vault on Pods reached through
+// the API server's proxy, which cannot carry the agent's channel.
 func (r *Runtime) egressOf(spec runtimes.Spec) (*podEgress, error) {
 	if spec.Egress == nil {
 		return nil, nil
@@ -99,7 +103,7 @@ func (r *Runtime) egressOf(spec runtimes.Spec) (*podEgress, error) {
 				runtimes.ErrUnavailable, u)
 		}
 	}
-	pe := &podEgress{agent: agent, files: map[string][]byte{}, env: eg.Env()}
+	pe := &podEgress{agent: agent, files: map[string][]byte{}, env: eg.Env(), gvisor: r.c.gvisor(r.class)}
 	for p, b := range eg.Files() {
 		if p != resolvConf {
 			pe.files[p] = b
@@ -109,20 +113,9 @@ func (r *Runtime) egressOf(spec runtimes.Spec) (*podEgress, error) {
 }
 
 // noAgent says why this runtime's Pods get no egress agent, nil when they
-// do: gVisor's netstack cannot host it, and the API server's Pod proxy
-// cannot carry its control channel.
+// do: the API server's Pod proxy cannot carry its control channel.
 func (r *Runtime) noAgent() error {
-	if r.c.gvisor(r.class) {
-		return r.gvisorRefusal()
-	}
 	return r.c.access.agentRefusal(r.name)
-}
-
-// gvisorRefusal says why a gVisor Pod cannot have an egress policy.
-func (r *Runtime) gvisorRefusal() error {
-	return fmt.Errorf("%w: the Kubernetes runtime %q (RuntimeClass %s, gVisor) cannot enforce an egress policy or a credential vault: "+
-		"gVisor's netstack has no nftables, conntrack or sock_diag for hybox-egress; use runtime runc for sandboxes with a networkPolicy",
-		runtimes.ErrNotSupported, r.name, r.class)
 }
 
 // secretData adds the agent's configuration and the workload's files to
@@ -175,6 +168,16 @@ func (pe *podEgress) addToPod(p *corev1.Pod, image string, tokenVolume string) {
 	}
 	mounts := []corev1.VolumeMount{{Name: agentVolume, MountPath: agentDir, ReadOnly: true}}
 	config := agentDir + "/" + agentFile
+	// The Pod's packet filter: the node kernel's nftables (hybox-egress's
+	// default), or, under gVisor, its netstack's iptables, replaced
+	// through a raw socket.
+	var firewall []string
+	initCaps, sidecarCaps := []corev1.Capability{"NET_ADMIN"}, []corev1.Capability{"NET_ADMIN", "NET_BIND_SERVICE"}
+	if pe.gvisor {
+		firewall = []string{"--firewall", egress.XTables.Name()}
+		initCaps = append(initCaps, "NET_RAW")
+		sidecarCaps = append(sidecarCaps, "NET_RAW")
+	}
 	always := corev1.ContainerRestartPolicyAlways
 	// The firewall first, then hybox-execd's own install (one init
 	// container instead of two: the kubelet starts the next container a
@@ -185,8 +188,8 @@ func (pe *podEgress) addToPod(p *corev1.Pod, image string, tokenVolume string) {
 		}
 		spec.InitContainers[i] = corev1.Container{
 			Name: egressInit, Image: image, ImagePullPolicy: corev1.PullNever,
-			Command:      append([]string{EgressInImage, "init", "--config", config, "--"}, ic.Command...),
-			VolumeMounts: append(slices.Clone(ic.VolumeMounts), mounts...), SecurityContext: sec("NET_ADMIN"),
+			Command:      slices.Concat([]string{EgressInImage, "init", "--config", config}, firewall, []string{"--"}, ic.Command),
+			VolumeMounts: append(slices.Clone(ic.VolumeMounts), mounts...), SecurityContext: sec(initCaps...),
 			// A failure's reason reaches Create's error (podState).
 			TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		}
@@ -195,14 +198,14 @@ func (pe *podEgress) addToPod(p *corev1.Pod, image string, tokenVolume string) {
 		corev1.Container{
 			Name: egressSidecar, Image: image, ImagePullPolicy: corev1.PullNever,
 			RestartPolicy: &always,
-			Command:       []string{EgressInImage, "serve", "--config", config, "--listen", "$(POD_IP)"},
+			Command:       slices.Concat([]string{EgressInImage, "serve", "--config", config, "--listen", "$(POD_IP)"}, firewall),
 			Env: []corev1.EnvVar{{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{
 				FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}}},
 			VolumeMounts: mounts,
 			// The workload starts once the DNS proxy answers.
 			Lifecycle: &corev1.Lifecycle{PostStart: &corev1.LifecycleHandler{
 				Exec: &corev1.ExecAction{Command: []string{EgressInImage, "wait", "--timeout", "30s"}}}},
-			SecurityContext:          sec("NET_ADMIN", "NET_BIND_SERVICE"),
+			SecurityContext:          sec(sidecarCaps...),
 			TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		})
 	// The workload: the resolver is the agent's DNS proxy; the CA files
@@ -240,7 +243,8 @@ func (pe *podEgress) addToPod(p *corev1.Pod, image string, tokenVolume string) {
 }
 
 // refusingRemote is the remote of a sandbox whose Pod has no agent (an
-// unrestricted gVisor sandbox): it takes only the unrestricted state.
+// unrestricted sandbox reached through the API server's proxy): it takes
+// only the unrestricted state.
 type refusingRemote struct{ why error }
 
 func (r refusingRemote) Push(_ context.Context, st egress.State) error {

@@ -17,8 +17,8 @@
 // and vault from the server, all in the Pod's network namespace.
 //
 // Not done: pause and resume (ErrNotSupported: the Kubernetes API cannot
-// freeze a Pod), and egress policies on gVisor (ErrNotSupported: its
-// netstack has no nftables).
+// freeze a Pod). Under gVisor the agent programs the netstack's iptables
+// instead of nftables (policy/xt).
 package k8s
 
 import (
@@ -280,8 +280,9 @@ const validateTimeout = 10 * time.Second
 
 // Validate refuses what the backend cannot run: wasm images, ids that are
 // no valid Pod name, volumes it cannot mount (see checkVolumes), an egress
-// policy or vault on gVisor, and a RuntimeClass the cluster lacks (the
-// message names those it has).
+// policy or vault on Pods the server reaches through the API server's
+// proxy, and a RuntimeClass the cluster lacks (the message names those it
+// has).
 //
 // # Errors
 // runtimes.ErrInvalid or runtimes.ErrNotSupported with a message for the

@@ -131,8 +131,9 @@ func TestValidateID(t *testing.T) {
 // an init container and a native sidecar with CAP_NET_ADMIN, which the
 // workload never has; the agent's configuration is mounted into them
 // alone; the workload's resolver is the agent's DNS proxy and its trust
-// store holds the sandbox's CA. gVisor refuses a policy, and runs an
-// unrestricted sandbox without an agent.
+// store holds the sandbox's CA. Under gVisor the agent programs the
+// netstack's iptables (--firewall xtables) and its containers also have
+// CAP_NET_RAW, which the workload still lacks.
 func TestPodEgress(t *testing.T) {
 	m, err := egress.NewManager(egress.Options{DNSUpstreams: []string{"10.0.0.1:53"}, SystemBundle: []byte("# bundle\n")})
 	if err != nil {
@@ -251,21 +252,39 @@ func TestPodEgress(t *testing.T) {
 	}
 	c.opts.DNSUpstreams = nil
 
-	gv := c.Runtime("runsc", "gvisor")
-	if _, err := gv.egressOf(spec); !errors.Is(err, runtimes.ErrNotSupported) {
-		t.Fatalf("a policy on gVisor: %v", err)
+	for _, ic := range s.InitContainers {
+		if slices.Contains(ic.SecurityContext.Capabilities.Add, "NET_RAW") || slices.Contains(ic.Command, "--firewall") {
+			t.Fatalf("%s under runc: %v %v", ic.Name, ic.SecurityContext.Capabilities.Add, ic.Command)
+		}
 	}
+
+	gv := c.Runtime("runsc", "gvisor")
 	free, err := m.New("free", egress.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer free.Close()
-	spec.Egress = free
-	eg, err = gv.egressOf(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if pod := gv.pod(spec, eg); len(pod.Spec.InitContainers) != 1 || pod.Spec.DNSPolicy != corev1.DNSDefault {
-		t.Fatalf("an unrestricted gVisor sandbox gets an agent: %+v", pod.Spec.InitContainers)
+	for _, ctl := range []*egress.Controller{ctl, free} {
+		spec.Egress = ctl
+		eg, err := gv.egressOf(spec)
+		if err != nil {
+			t.Fatalf("gVisor: %v", err)
+		}
+		pod := gv.pod(spec, eg)
+		ps := pod.Spec
+		if len(ps.InitContainers) != 2 || ps.DNSPolicy != corev1.DNSNone {
+			t.Fatalf("a gVisor sandbox without its agent: %+v", ps.InitContainers)
+		}
+		for _, ic := range ps.InitContainers {
+			caps := ic.SecurityContext.Capabilities.Add
+			if !slices.Contains(caps, "NET_ADMIN") || !slices.Contains(caps, "NET_RAW") ||
+				!strings.Contains(strings.Join(ic.Command, " "), "--firewall xtables") {
+				t.Fatalf("%s under gVisor: %v %v", ic.Name, caps, ic.Command)
+			}
+		}
+		w := ps.Containers[0].SecurityContext
+		if !slices.Contains(w.Capabilities.Drop, "NET_RAW") || len(w.Capabilities.Add) != 0 {
+			t.Fatalf("the gVisor workload's capabilities: %+v", w.Capabilities)
+		}
 	}
 }

@@ -17,7 +17,7 @@ import (
 // JavaScript SDK from npm and the Python SDKs from PyPI, unchanged) through
 // scripts/e2e.sh against `bin/hybox serve --kubernetes` on the test
 // cluster: their container passes with sandboxes as runc Pods and as gVisor
-// Pods (where egress policies are refused, and the suites check it), every response
+// Pods (egress policies and the credential vault enforced in both), every response
 // checked against the protocol document, nothing left behind. It needs
 // `make build` (bin/hybox, bin/hybox-execd); make test-k8s runs it.
 func TestOfficialSDKs(t *testing.T) {
@@ -39,8 +39,7 @@ execd_image = %q
 `, env.Kubeconfig, k8stest.Namespace, execdImage)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	// runc Pods, and gVisor Pods where the cluster has the class (their
-	// pass checks that egress policies are refused).
+	// runc Pods, and gVisor Pods where the cluster has the class.
 	passes := "runc"
 	if slices.Contains(env.Classes, "gvisor") {
 		passes += " runsc"

@@ -276,6 +276,15 @@ binary_name = "$gvisor/runsc"
 root = "$d/runsc"
 [runsc_config]
   platform = "systrap"
+  # Raw sockets in the sandbox's netstack: hybox-egress programs the
+  # netstack's iptables through one (IPT_SO_SET_REPLACE). Only the egress
+  # containers get CAP_NET_RAW; the workload's is dropped.
+  net-raw = "true"
+  # No host segmentation offload: with it, segments of an established TCP
+  # connection leave the netstack with a partial checksum, which its REJECT
+  # refuses to answer, so a connection a stricter policy cuts would hang
+  # instead of being reset (docs/kubernetes.md).
+  gso = "false"
 EOF
 		# containerd 1.6 finds shims only on its PATH and reads the output
 		# of `shim start` as a bare address; this shim prints containerd 2's

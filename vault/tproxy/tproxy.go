@@ -84,6 +84,14 @@ type Config struct {
 	// destination port are terminated and their HTTP requests passed to
 	// Inject. Nil intercepts nothing: every connection is spliced.
 	Intercept func(host string, port int) bool
+	// Admit, when set, decides each connection by its original
+	// destination before anything is read or dialled: an error closes
+	// the connection with a reset. For a firewall that sees redirected
+	// connections only at the proxy's own address (gVisor's netstack runs
+	// NAT before its filter), so that the proxy must apply the policy to
+	// them itself. Nil admits every connection (the filter decided before
+	// the redirect).
+	Admit func(dst netip.AddrPort) error
 	// TrustPlainHTTP, when set, must also agree (answer nil) before a
 	// plaintext HTTP connection is intercepted: nothing authenticates a
 	// plaintext upstream, so a workload could send a bound Host header to
@@ -150,7 +158,7 @@ type Proxy struct {
 	mu        sync.Mutex
 	closed    bool
 	listeners map[net.Listener]struct{}
-	conns     map[net.Conn]struct{} // sandbox and spliced upstream connections
+	conns     map[net.Conn]connInfo // sandbox and spliced upstream connections
 	wg        sync.WaitGroup        // connection goroutines and request handlers
 
 	tmu        sync.Mutex
@@ -171,7 +179,7 @@ func New(cfg Config) (*Proxy, error) {
 		log:        cfg.Logger,
 		idle:       cfg.IdleTimeout,
 		listeners:  make(map[net.Listener]struct{}),
-		conns:      make(map[net.Conn]struct{}),
+		conns:      make(map[net.Conn]connInfo),
 		transports: make(map[transportKey]*http.Transport),
 		hl:         newConnListener(),
 	}
@@ -303,9 +311,64 @@ func (p *Proxy) track(c net.Conn) bool {
 	if p.closed {
 		return false
 	}
-	p.conns[c] = struct{}{}
+	p.conns[c] = connInfo{}
 	p.wg.Add(1)
 	return true
+}
+
+// connInfo is what the proxy knows of a tracked connection.
+type connInfo struct {
+	dst     netip.AddrPort // the original destination, once known
+	sandbox bool           // the sandbox's side (else the upstream's)
+}
+
+// setDst records the original destination of a tracked connection.
+func (p *Proxy) setDst(c net.Conn, dst netip.AddrPort, sandbox bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.conns[c]; ok {
+		p.conns[c] = connInfo{dst: dst, sandbox: sandbox}
+	}
+}
+
+// Cut resets every connection whose original destination deny refuses:
+// the sandbox's connection and the upstream one it is spliced to (a
+// policy made stricter, for a firewall that cannot cut a redirected
+// connection itself). Both peers get a reset at once, whether the
+// connection is busy or idle. It returns the number of sandbox
+// connections cut.
+func (p *Proxy) Cut(deny func(dst netip.AddrPort) bool) int {
+	p.mu.Lock()
+	var cut []net.Conn
+	n := 0
+	for c, info := range p.conns {
+		if info.dst.IsValid() && deny(info.dst) {
+			cut = append(cut, c)
+			if info.sandbox {
+				n++
+			}
+		}
+	}
+	p.mu.Unlock()
+	// Every side first: closing one ends its splice, which closes the
+	// other, and that close must be a reset too.
+	for _, c := range cut {
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0)
+		}
+	}
+	for _, c := range cut {
+		_ = c.Close()
+	}
+	return n
+}
+
+// reset closes c with a TCP reset rather than a FIN.
+func reset(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	_ = c.Close()
 }
 
 // untrack closes c and forgets it, ending the goroutine count track began.
@@ -349,6 +412,14 @@ func (p *Proxy) handle(c net.Conn) {
 		p.log.Warn("tproxy: refusing connection to a loopback or unspecified destination", "client", c.RemoteAddr(), "dst", dst)
 		return
 	}
+	if p.cfg.Admit != nil {
+		if err := p.cfg.Admit(dst); err != nil {
+			p.log.Debug("tproxy: connection refused by the policy", "client", c.RemoteAddr(), "dst", dst, "err", err)
+			reset(c)
+			return
+		}
+	}
+	p.setDst(c, dst, true)
 	s := &session{p: p, c: c, br: bufio.NewReaderSize(c, peekBufferSize), dst: dst,
 		log: p.log.With("client", c.RemoteAddr(), "dst", dst)}
 	defer s.dropUpstream()
@@ -460,6 +531,7 @@ func (s *session) dialUpstream() bool {
 		up.Close()
 		return false
 	}
+	s.p.setDst(up, s.dst, false)
 	s.up = up
 	return true
 }
