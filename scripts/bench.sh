@@ -17,6 +17,12 @@ out=build/bench.txt
 	go test -run '^$' -bench 'PerCallPython' -benchtime 300x ./server/
 	go test -run '^$' -bench 'PauseFreesMemory' -benchtime 10x ./server/
 	go test -run '^$' -bench '^BenchmarkFork$' -benchtime 50x ./runtimes/wasm/
+	# Python contexts alone (no HTTP): a new context's first result, a
+	# burst of 50 new contexts, a warm cell, fib(27) against the host's
+	# CPython.
+	go test -run '^$' -bench 'NewContextFirstResult$|WarmRun$' -benchtime 300x ./runtimes/wasm/pyguest/
+	go test -run '^$' -bench 'Burst50$' -benchtime 50x ./runtimes/wasm/pyguest/
+	go test -run '^$' -bench 'Fib27$|Fib27Native' -benchtime 5x ./runtimes/wasm/pyguest/
 	# The Go SDK against a real `hybox serve` (bin/hybox): its overhead per
 	# call over the same request written with net/http, and create → first
 	# command result for a wasm sandbox (and, as root, a runc one).

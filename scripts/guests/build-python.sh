@@ -136,7 +136,15 @@ sysroot=$work/sysroot
 mkdir -p "$sysroot/include" "$sysroot/lib/pkgconfig"
 ln -s /usr/include/wasm32-wasi "$sysroot/include/wasm32-wasi"
 ln -s /usr/lib/wasm32-wasi "$sysroot/lib/wasm32-wasi"
-WCC="clang --target=wasm32-wasi --sysroot=$sysroot"
+# Debian's clang runs binaryen's wasm-opt on every optimised link when it
+# finds one beside itself or on PATH, so the output would depend on whether
+# the machine has binaryen: with binaryen 108 installed, wasm-opt failed on
+# configure's test programs, and CPython came out without _sqlite3. A
+# wasm-opt that does nothing comes first (-B: searched before anything).
+mkdir -p "$work/nobinaryen"
+printf '#!/bin/sh\nexit 0\n' >"$work/nobinaryen/wasm-opt"
+chmod +x "$work/nobinaryen/wasm-opt"
+WCC="clang --target=wasm32-wasi --sysroot=$sysroot -B$work/nobinaryen"
 WCFLAGS="-O2 -g0 -ffile-prefix-map=$work=."
 
 # --- zlib --------------------------------------------------------------------
@@ -196,6 +204,15 @@ py=$work/python3.11
 		--without-ensurepip --disable-ipv6 --quiet >"$work/configure.log" 2>&1 ||
 		{ tail -30 "$work/configure.log" >&2; exit 1; }
 	make -s -j"$jobs" >"$work/make.log" 2>&1 || { tail -40 "$work/make.log" >&2; exit 1; }
+	# configure leaves out a module whose library it cannot link, quietly:
+	# the ones the guest promises must be built in.
+	for m in zlib _sqlite3; do
+		grep -q "\"$m\"" Modules/config.c || {
+			log "CPython was built without its module $m: configure could not use the wasm build of its library"
+			grep -i -A3 "checking for.*${m#_}" "$work/configure.log" >&2 || true
+			exit 1
+		}
+	done
 )
 log "cpython done ($(($(date +%s) - start)) s)"
 
