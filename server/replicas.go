@@ -182,7 +182,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rt *ingress.Rou
 // forwardOnce is forward; retried says the record was read again after a
 // takeover lost to another replica's.
 func (s *Server) forwardOnce(w http.ResponseWriter, r *http.Request, rt *ingress.Router, retried bool) (bool, *http.Request) {
-	if s.opts.Shared == nil || r.Header.Get(headerForwardedBy) != "" {
+	if s.opts.Shared == nil {
 		return false, r
 	}
 	id := sandboxOfRequest(r, rt)
@@ -190,11 +190,14 @@ func (s *Server) forwardOnce(w http.ResponseWriter, r *http.Request, rt *ingress
 		return false, r
 	}
 	if s.store.hasLocal(id) {
-		if n, now := s.sharedLapses(); now || n != s.verified.Load() {
+		if s.fenced() {
 			errdefs.Write(w, errdefs.New(api.ErrorCodeUNAVAILABLE, "replica %s has not renewed its heartbeat in the shared store in time, so another replica may have taken sandbox %s over; it serves it again once it has made sure it has not", s.opts.Replica, id))
 			return true, r
 		}
 		return false, r
+	}
+	if r.Header.Get(headerForwardedBy) != "" {
+		return false, r // forwarded once already
 	}
 	rec, err := s.store.get(id)
 	if err != nil {
@@ -216,17 +219,25 @@ func (s *Server) forwardOnce(w http.ResponseWriter, r *http.Request, rt *ingress
 			s.markLost(rec, nil)
 			return false, r.WithContext(context.WithValue(r.Context(), fetchedKey{}, rec))
 		}
-		nr, err := s.takeOver(r.Context(), rec)
+		// Not the request's context: a client that goes away must not
+		// leave a takeover half done.
+		nr, err := s.takeOver(context.WithoutCancel(r.Context()), id)
 		switch {
 		case err == nil:
 			return false, r.WithContext(context.WithValue(r.Context(), fetchedKey{}, nr))
-		case errors.Is(err, errdefs.ErrConflict) && !retried:
-			// Another replica took it over first: ask again, and
-			// forward to the new owner.
+		case errors.Is(err, errEnded):
+			return false, r.WithContext(context.WithValue(r.Context(), fetchedKey{}, nr))
+		case !retried && (errors.Is(err, errdefs.ErrConflict) || errors.Is(err, errOwnerAlive) || errors.Is(err, errNoSavedState)):
+			// Another replica took it over first (and may have moved
+			// its directory already), or its owner is back: ask again,
+			// and forward to whoever owns it now.
 			return s.forwardOnce(w, r, rt, true)
 		case errors.Is(err, errNoSavedState):
 			s.markLost(rec, err)
 			return false, r.WithContext(context.WithValue(r.Context(), fetchedKey{}, rec))
+		case errors.Is(err, errdefs.ErrConflict) || errors.Is(err, errOwnerAlive):
+			errdefs.Write(w, errdefs.New(api.ErrorCodeUNAVAILABLE, "sandbox %s is changing replicas (%v); try again", id, err))
+			return true, r
 		default:
 			errdefs.Write(w, err)
 			return true, r

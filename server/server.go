@@ -182,6 +182,7 @@ type Server struct {
 
 	stopReaper context.CancelFunc
 	reaperDone chan struct{}
+	fenceDone  chan struct{} // the fence (takeover.go) has stopped
 }
 
 // New opens the database, re-attaches surviving sandboxes, deletes expired
@@ -209,6 +210,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	if opts.SharedDir != "" {
 		st.copyBlobs = true
 		st.takenOver = func(id string) { go s.forgetTaken(id) }
+		st.holdsDir = s.holdsDir
 	}
 	s.pools = newPoolSet(s)
 	key, err := s.routeKey(ctx)
@@ -230,7 +232,9 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	rctx, cancel := context.WithCancel(context.Background())
 	s.stopReaper = cancel
 	s.reaperDone = make(chan struct{})
+	s.fenceDone = make(chan struct{})
 	go s.reaper(rctx)
+	go s.fence(rctx)
 	return s, nil
 }
 
@@ -257,6 +261,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 func (s *Server) Close(ctx context.Context) error {
 	s.stopReaper()
 	<-s.reaperDone
+	<-s.fenceDone
 	s.pools.close(ctx)
 	s.mu.Lock()
 	live, eg := s.live, s.egress
@@ -305,7 +310,7 @@ func (s *Server) recover(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	recs = s.dropTakenOver(ctx, recs)
+	recs = s.reconcile(ctx, recs)
 	members, err := s.store.listMembers()
 	if err != nil {
 		return err
@@ -534,7 +539,7 @@ func (s *Server) reaper(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if !s.checkFence(ctx) {
+			if s.fenced() {
 				continue // nothing of its own is reaped before it is sure it is its own
 			}
 			s.reapOnce(ctx)

@@ -55,6 +55,9 @@ type Record struct {
 	// LostState is the state the sandbox had when its owner was found
 	// gone (State is then Failed, OwnerLost); a takeover brings it back.
 	LostState string `json:"lostState,omitempty"`
+	// TakenFrom, in this replica's own record only, names the replica
+	// a takeover under way takes the sandbox from (takeover.go).
+	TakenFrom string `json:"takenFrom,omitempty"`
 }
 
 var (
@@ -79,9 +82,12 @@ type store struct {
 	// sandboxes in the shared store, for a replica that takes one over
 	// (Options.SharedDir); copies of records are then written only while
 	// they name this replica's record's owner, and takenOver is told of a
-	// copy that names another (a replica took the sandbox over).
+	// copy that names another (a replica took the sandbox over), or of one
+	// that is gone while holdsDir says the directory is gone too (taken
+	// over and deleted since).
 	copyBlobs bool
 	takenOver func(id string)
+	holdsDir  func(id string) bool
 	log       *slog.Logger
 }
 
@@ -163,8 +169,16 @@ func (s *store) write(r *Record, first bool) error {
 	// fails nothing here (the wasm tier keeps working without the API
 	// server); the next write brings it up to date.
 	err = s.writeShared(r, b, first)
-	if errors.Is(err, runtimes.ErrNotFound) || errors.Is(err, errdefs.ErrConflict) {
-		err = s.writeShared(r, b, !first) // made before the copy was, or after
+	switch {
+	case errors.Is(err, errdefs.ErrConflict) && first:
+		err = s.writeShared(r, b, false) // made before the copy was
+	case errors.Is(err, runtimes.ErrNotFound) && !first:
+		if s.copyBlobs && !s.holdsDir(r.ID) {
+			s.log.Warn("this sandbox was taken over and deleted by another replica", "id", r.ID)
+			s.takenOver(r.ID)
+			return nil
+		}
+		err = s.writeShared(r, b, true) // a copy that was never made
 	}
 	if s.copyBlobs && errors.Is(err, errdefs.ErrConflict) {
 		s.log.Warn("another replica has taken this sandbox over", "id", r.ID)
@@ -309,17 +323,45 @@ func (s *store) deleteLocal(id string) error {
 }
 
 // getShared reads the shared store's record of id (a sandbox of this
-// replica's has a copy there).
-func (s *store) getShared(ctx context.Context, id string) (*Record, error) {
+// replica's has a copy there) and its version.
+func (s *store) getShared(ctx context.Context, id string) (*Record, string, error) {
 	sr, err := s.shared.Get(ctx, id)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	r := &Record{}
 	if err := json.Unmarshal(sr.Data, r); err != nil {
-		return nil, fmt.Errorf("shared record %s: %w", id, err)
+		return nil, "", fmt.Errorf("shared record %s: %w", id, err)
 	}
-	return r, nil
+	return r, sr.Version, nil
+}
+
+// claimCopy writes the shared copy of r, a record of this replica's, on
+// the condition that it still names r's owner: an error wrapping
+// errdefs.ErrConflict when another replica took the sandbox over,
+// runtimes.ErrNotFound when the copy is gone.
+func (s *store) claimCopy(r *Record) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := sharedCtx()
+	defer cancel()
+	return s.shared.TakeOver(ctx, sharedRecord(r, b), r.Owner)
+}
+
+// getLocal reads this server's own record of id; nil when it has none.
+func (s *store) getLocal(id string) (*Record, error) {
+	var r *Record
+	err := s.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketSandboxes).Get([]byte(id))
+		if b == nil {
+			return nil
+		}
+		r = &Record{}
+		return json.Unmarshal(b, r)
+	})
+	return r, err
 }
 
 // getEgress returns a sandbox's sealed egress state, nil when it has none.

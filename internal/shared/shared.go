@@ -30,6 +30,10 @@ type Record struct {
 	LastTransitionAt time.Time
 	// Data is the server's whole record (JSON), opaque to the store.
 	Data []byte
+	// Version names this state of the record (Get and List set it; a
+	// write changes it): TakeOver can write on the condition that the
+	// record has not changed since it was read.
+	Version string
 }
 
 // Member is an idle member of a warm pool whose runtime the store Shares:
@@ -92,18 +96,22 @@ type Store interface {
 	// write: an error wrapping errdefs.ErrConflict when it is no longer a
 	// member (another replica claimed it first).
 	ClaimMember(ctx context.Context, r Record) error
-	// TakeOver replaces the record of r.ID with r, which names its new
-	// owner, only while the stored record still names from as its owner:
-	// an error wrapping errdefs.ErrConflict when the owner has changed
-	// (another replica took it over first), runtimes.ErrNotFound when the
-	// record is gone. It is how a replica takes over a sandbox whose owner
-	// is gone, so that two replicas never both serve it.
+	// TakeOver replaces the record of r.ID with r only while the stored
+	// record still names from as its owner and, when r.Version is set,
+	// is still at that version: an error wrapping errdefs.ErrConflict
+	// when it is not (another replica took it over, or its owner wrote
+	// it since it was read), runtimes.ErrNotFound when the record is gone.
+	// A replica takes over a sandbox whose owner is gone with the version
+	// it read before it found the owner gone; the owner writes its
+	// records after a lapse of its heartbeat with its own name and no
+	// version: of the two, only the first write applies.
 	TakeOver(ctx context.Context, r Record, from string) error
 	// Lapses counts the times this replica's heartbeat went unrenewed for
-	// so long that the others may have taken it for gone, and taken over
-	// what lives in its process, and says whether that is the case now.
-	// During a lapse, and after a new one until the replica has made sure
-	// they are still its own, it must not serve such sandboxes.
+	// three quarters of its lease (the others take it for gone after the
+	// whole lease and may then take over what lives in its process), and
+	// says whether that is the case now. From the start of a lapse until
+	// the replica has made sure they are still its own, it must not run
+	// such sandboxes.
 	Lapses() (n uint64, now bool)
 	// Leading reports whether this replica leads now.
 	Leading() bool

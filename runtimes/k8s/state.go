@@ -80,8 +80,10 @@ type State struct {
 	// beatDone is closed when the heartbeat has stopped.
 	beatDone chan struct{}
 	// lastBeat is when the last heartbeat that the API server took was
-	// sent (unix nanoseconds); lapses counts the gaps between two such
-	// that were long enough to look gone (Lapses).
+	// sent, in nanoseconds since origin (monotonic: a step of the wall
+	// clock makes no lapse); lapses counts the gaps between two such that
+	// were long enough to look gone (Lapses).
+	origin   time.Time
 	lastBeat atomic.Int64
 	lapses   atomic.Uint64
 	once     sync.Once
@@ -111,7 +113,7 @@ func (c *Cluster) SharedState(ctx context.Context, o StateOptions) (*State, erro
 		return nil, err
 	}
 	st := &State{c: c, identity: o.Identity, lease: o.LeaseDuration, dyn: dc.Resource(SandboxGVR), poolDyn: dc.Resource(PoolGVR),
-		shares: map[string]bool{}, done: make(chan struct{}), beatDone: make(chan struct{})}
+		shares: map[string]bool{}, done: make(chan struct{}), beatDone: make(chan struct{}), origin: time.Now()}
 	for _, r := range o.Runtimes {
 		st.shares[r] = true
 	}
@@ -253,20 +255,27 @@ func (s *State) beat(ctx context.Context) error {
 	if err != nil {
 		return s.apiError("renew Lease "+name, err)
 	}
-	if prev := s.lastBeat.Swap(sent.UnixNano()); prev != 0 && sent.Sub(time.Unix(0, prev)) > s.lease/2 {
+	at := int64(sent.Sub(s.origin)) + 1 // 0 is "never"
+	if prev := s.lastBeat.Swap(at); prev != 0 && time.Duration(at-prev) > lapseAfter(s.lease) {
 		s.lapses.Add(1)
 	}
 	return nil
 }
 
-// Lapses implements shared.Store. A gap of half the lease between two
-// renewals (one is due every third) counts: the others see a replica gone
-// after the whole lease, so this one stops serving what they could take
-// over before they can take it.
+// Lapses implements shared.Store. A gap of three quarters of the lease
+// between two renewals (one is due every third, so one failed renewal is
+// not a lapse) counts: the others see a replica gone after the whole
+// lease, so this one stops what they could take over a quarter of the
+// lease before they can take it (the replicas' clocks must agree to
+// better than that).
 func (s *State) Lapses() (uint64, bool) {
 	n := s.lapses.Load()
-	return n, time.Since(time.Unix(0, s.lastBeat.Load())) > s.lease/2
+	return n, time.Since(s.origin)-time.Duration(s.lastBeat.Load()) > lapseAfter(s.lease)
 }
+
+// lapseAfter is how long a replica may go without renewing its heartbeat
+// before it counts as a lapse.
+func lapseAfter(lease time.Duration) time.Duration { return lease * 3 / 4 }
 
 // heartbeat renews the heartbeat every third of the lease until ctx ends.
 func (s *State) heartbeat(ctx context.Context) {
@@ -399,29 +408,47 @@ func (s *State) Put(ctx context.Context, r shared.Record) error {
 }
 
 // TakeOver implements shared.Store: the same patch as Put, preceded by a
-// test that spec.owner is still from, so that of two replicas taking over
-// one sandbox only the first write applies (the API server applies a JSON
-// patch atomically and refuses it whole when a test fails).
+// test that spec.owner is still from and, with r.Version, one that
+// metadata.resourceVersion is still that (the API server applies a JSON
+// patch atomically and refuses it whole when a test fails, and every
+// write changes the resourceVersion).
 func (s *State) TakeOver(ctx context.Context, r shared.Record, from string) error {
 	spec, status, err := s.sandboxObject(r)
 	if err != nil {
 		return err
 	}
-	patch, err := json.Marshal([]map[string]any{
-		{"op": "test", "path": "/spec/owner", "value": from},
-		{"op": "replace", "path": "/spec", "value": spec},
-		{"op": "replace", "path": "/status", "value": status},
-	})
+	ops := []map[string]any{{"op": "test", "path": "/spec/owner", "value": from}}
+	if r.Version != "" {
+		ops = append(ops, map[string]any{"op": "test", "path": "/metadata/resourceVersion", "value": r.Version})
+	}
+	ops = append(ops, map[string]any{"op": "replace", "path": "/spec", "value": spec},
+		map[string]any{"op": "replace", "path": "/status", "value": status})
+	patch, err := json.Marshal(ops)
 	if err != nil {
 		return err
 	}
-	if _, err := s.res().Patch(ctx, r.ID, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
-		if apierrors.IsInvalid(err) {
-			return fmt.Errorf("%w: sandbox %s is no longer owned by replica %s", errdefs.ErrConflict, r.ID, from)
-		}
-		return s.apiError("take over Sandbox "+r.ID, err)
+	_, perr := s.res().Patch(ctx, r.ID, types.JSONPatchType, patch, metav1.PatchOptions{})
+	if perr == nil {
+		return nil
 	}
-	return nil
+	if !apierrors.IsInvalid(perr) {
+		return s.apiError("take over Sandbox "+r.ID, perr)
+	}
+	// A failed test, or another invalid patch: only a record that has
+	// really changed is a conflict.
+	cur, err := s.Get(ctx, r.ID)
+	if err != nil {
+		return err
+	}
+	var now struct {
+		Owner string `json:"owner"`
+	}
+	_ = json.Unmarshal(cur.Data, &now)
+	if now.Owner != from || (r.Version != "" && cur.Version != r.Version) {
+		return fmt.Errorf("%w: sandbox %s changed (owner %q, version %s) since it was read (owner %q, version %s)",
+			errdefs.ErrConflict, r.ID, now.Owner, cur.Version, from, r.Version)
+	}
+	return s.apiError("take over Sandbox "+r.ID, perr)
 }
 
 // recordOf reads a Sandbox resource back.
@@ -434,6 +461,7 @@ func recordOf(obj *unstructured.Unstructured) (shared.Record, error) {
 	if r.Data, err = json.Marshal(rec); err != nil {
 		return r, err
 	}
+	r.Version = obj.GetResourceVersion()
 	r.Runtime, _, _ = unstructured.NestedString(obj.Object, "spec", "runtime")
 	r.Image, _, _ = unstructured.NestedString(obj.Object, "spec", "image")
 	r.State, _, _ = unstructured.NestedString(obj.Object, "status", "state")
