@@ -215,15 +215,7 @@ func sharedRecord(r *Record, b []byte) shared.Record {
 // get reads the record of id: this server's own first, then the shared
 // store's.
 func (s *store) get(id string) (*Record, error) {
-	var r *Record
-	err := s.db.View(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketSandboxes).Get([]byte(id))
-		if b == nil {
-			return nil
-		}
-		r = &Record{}
-		return json.Unmarshal(b, r)
-	})
+	r, err := s.getLocal(id)
 	if err != nil || r != nil {
 		return r, err
 	}

@@ -5,14 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -71,42 +69,7 @@ func readManifests(t *testing.T) []*unstructured.Unstructured {
 // test's cleanup closes it and every relayed connection.
 func relayAPIServer(t *testing.T, apiserver string) string {
 	t.Helper()
-	l, err := net.Listen("tcp", nodeIP+":0")
-	if err != nil {
-		t.Fatalf("relay on the node's address: %v", err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", apiserver)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			mu.Lock()
-			conns = append(conns, c, up)
-			mu.Unlock()
-			go func() { _, _ = io.Copy(up, c); up.Close() }()
-			go func() { _, _ = io.Copy(c, up); c.Close() }()
-		}
-	}()
-	t.Cleanup(func() {
-		l.Close()
-		<-done
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return l.Addr().String()
+	return newCutRelay(t, apiserver).addr
 }
 
 // nodeIP is the test cluster's node address (scripts/k8s/cluster.sh).
