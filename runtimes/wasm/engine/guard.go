@@ -6,7 +6,8 @@ package engine
 // that spills registers, and CPython's interpreter loop runs about five
 // times slower for it (fib(27): 351 ms against 72 ms without). Guard puts
 // a cheaper check into the module itself. Every loop counts its
-// iterations down in a global of its own; every guardFuel iterations it
+// iterations down in a global the guard adds (one for the whole module);
+// every guardFuel iterations it
 // refills the count, leaves the compiled code for Go once (a memory.grow
 // of no pages: wazero grows memory in Go) so that the Go scheduler can
 // preempt the goroutine, which it cannot do inside compiled code, and

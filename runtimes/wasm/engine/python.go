@@ -154,14 +154,20 @@ func (e *Engine) CompileForImages(ctx context.Context, g Guest) (*ImageModule, e
 		return nil, fmt.Errorf("%s: %w", g.Name, err)
 	}
 	rt, guarded := e.RuntimeFor(g), false
+	var cm wazero.CompiledModule
 	if !g.Cooperative {
 		if gb, err := Guard(stripped); err == nil {
-			stripped, rt, guarded = gb, e.coop, true
+			// A guarded module that does not compile (a layout the guard
+			// does not foresee) runs unguarded, with wazero's checks.
+			if cm, err = e.coop.CompileModule(ctx, gb); err == nil {
+				rt, guarded = e.coop, true
+			}
 		}
 	}
-	cm, err := rt.CompileModule(ctx, stripped)
-	if err != nil {
-		return nil, fmt.Errorf("compile %s: %w", g.Name, err)
+	if cm == nil {
+		if cm, err = rt.CompileModule(ctx, stripped); err != nil {
+			return nil, fmt.Errorf("compile %s: %w", g.Name, err)
+		}
 	}
 	// The segments alias b; keep only them, not the code.
 	kept := make([]DataSegment, len(segs))
