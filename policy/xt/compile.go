@@ -14,6 +14,8 @@ const (
 	chainGuard = "HYBOX-GUARD" // filter: the guarded ports
 	chainOut   = "HYBOX-OUT"   // filter: the policy
 	chainDeny  = "HYBOX-DENY"  // filter: reject
+	chainCut   = "HYBOX-CUT"   // filter: the flows being cut
+	chainReset = "HYBOX-RESET" // filter: reset a cut prefix's flows
 	chainRedir = "HYBOX-REDIR" // nat: which TCP goes to the proxy
 	chainProxy = "HYBOX-PROXY" // nat: the redirect
 )
@@ -23,13 +25,16 @@ var dnsPorts = []uint16{53, 853}
 
 // model is what the four tables are compiled from: the rules, the
 // namespace's own addresses, the unexpired learned and blocked
-// addresses, and the flows being cut.
+// addresses, and the flows being cut (cut.go): cuts by a rule each, and
+// every flow to cutNets except to the servers' addresses inside them.
 type model struct {
 	rules   nft.Rules
 	local   []netip.Addr
 	learned []netip.Addr
 	blocked []netip.Addr
 	cuts    []nft.Flow
+	cutNets []netip.Prefix
+	servers []netip.Addr
 }
 
 // The layout, per family (v6 the same with ::1/128 and ICMPv6 neighbour
@@ -39,10 +44,11 @@ type model struct {
 //	-j HYBOX-OUT                       (when enforcing)
 //	HYBOX-GUARD: -m mark --mark M -j RETURN
 //	             -d 127.0.0.1 -p tcp --dport P -j RETURN
-//	             -p tcp --dport P -j REJECT --reject-with tcp-reset
+//	             -p tcp --dport P --tcp-flags RST NONE -j REJECT --reject-with tcp-reset
+//	             -p tcp --sport P --tcp-flags SYN,ACK SYN -j REJECT --reject-with tcp-reset
 //	HYBOX-OUT:   -m mark --mark M -j ACCEPT
 //	             -o lo -j ACCEPT; -d 127.0.0.0/8 -j ACCEPT; -d <own address> -j ACCEPT
-//	             <cut flows: -s -d -p --sport --dport (TCP without RST) -j REJECT>
+//	             -j HYBOX-CUT                       (while flows are being cut)
 //	             -p tcp --tcp-flags SYN NONE -j ACCEPT
 //	             -p tcp --tcp-flags SYN,ACK SYN,ACK -j ACCEPT
 //	             -p tcp|udp --dport 53|853 -j HYBOX-DENY
@@ -52,6 +58,12 @@ type model struct {
 //	HYBOX-DENY:  -p tcp -j REJECT --reject-with tcp-reset
 //	             -p udp -j REJECT --reject-with icmp-port-unreachable
 //	             -j DROP
+//	HYBOX-CUT:   <cut flows: -s -d -p --sport --dport (TCP without RST) -j REJECT>
+//	             <servers inside a prefix below: -d S -j RETURN>
+//	             <cut prefixes: -d P -j HYBOX-RESET>
+//	HYBOX-RESET: -p tcp --tcp-flags RST RST -j RETURN
+//	             -p tcp -j REJECT --reject-with tcp-reset
+//	             -p udp -j REJECT --reject-with icmp-port-unreachable
 //
 // In the nat table's OUTPUT chain (the guard with guard ports, the
 // redirect with a redirect port):
@@ -73,7 +85,9 @@ type model struct {
 // the policy denies is refused, not redirected). The filter accepts TCP
 // segments without SYN, and SYN-ACKs, before the long part of the list:
 // there is no connection state to match, and a new outbound connection
-// always starts with a bare SYN, which walks the list.
+// always starts with a bare SYN, which walks the list. The guard refuses
+// a bare SYN from a guarded port, so that a connection on that port is
+// always one the agent accepted (see serverPeers).
 
 // filter is the filter table of family f.
 func (m *model) filter(f family) *table {
@@ -96,20 +110,34 @@ func (m *model) filter(f family) *table {
 			// on the port: the netstack itself refuses it.
 			g.rules = append(g.rules, rule{dst: host(loopbackHost(f)), proto: unix.IPPROTO_TCP,
 				matches: []match{tcpMatch(p, 0, 0)}, target: target{kind: tReturn}})
-			g.rules = append(g.rules, rule{proto: unix.IPPROTO_TCP, matches: []match{tcpMatch(p, 0, 0)}, target: reset(f)})
+			// Not resets: the reset that the next rule answers a SYN with
+			// comes back to the port.
+			g.rules = append(g.rules, rule{proto: unix.IPPROTO_TCP, matches: []match{tcpMatch(p, tcpRST, 0)}, target: reset(f)})
+			// No connection from the port: one on it is always inbound.
+			from := tcpMatch(0, tcpSYN|tcpACK, tcpSYN)
+			from.sport = [2]uint16{p, p}
+			g.rules = append(g.rules, rule{proto: unix.IPPROTO_TCP, matches: []match{from}, target: reset(f)})
 		}
 		user = append(user, g)
 	}
 	if r.Enforce {
 		output.rules = append(output.rules, rule{target: jump(chainOut)})
-		user = append(user, m.out(f), deny(f))
+		cut, cutting := m.cut(f)
+		user = append(user, m.out(f, cutting), deny(f))
+		if cutting {
+			user = append(user, cut)
+			if slices.ContainsFunc(m.cutNets, func(p netip.Prefix) bool { return inFamily1(p.Addr(), f) }) {
+				user = append(user, resetChain(f))
+			}
+		}
 	}
 	t.chains = append(t.chains, sortChains(user)...)
 	return t
 }
 
-// out is the HYBOX-OUT chain of family f.
-func (m *model) out(f family) chain {
+// out is the HYBOX-OUT chain of family f, which jumps to HYBOX-CUT when
+// cutting.
+func (m *model) out(f family, cutting bool) chain {
 	r := m.rules
 	c := chain{name: chainOut, hook: -1}
 	add := func(rs ...rule) { c.rules = append(c.rules, rs...) }
@@ -121,26 +149,8 @@ func (m *model) out(f family) chain {
 	for _, a := range inFamily(m.local, f) {
 		add(rule{dst: host(a), target: accept})
 	}
-	for _, fl := range m.cuts {
-		if !inFamily1(fl.Dst.Addr(), f) {
-			continue
-		}
-		cut := rule{src: host(fl.Src.Addr()), dst: host(fl.Dst.Addr()), proto: fl.Proto}
-		ports := func(mt match) match {
-			mt.sport = [2]uint16{fl.Src.Port(), fl.Src.Port()}
-			mt.dport = [2]uint16{fl.Dst.Port(), fl.Dst.Port()}
-			return mt
-		}
-		if fl.Proto == unix.IPPROTO_TCP {
-			// Not its resets: a socket the cut reset answers the peer's
-			// next segment with one, which must reach the peer.
-			cut.matches = []match{ports(tcpMatch(0, tcpRST, 0))}
-			cut.target = reset(f)
-		} else {
-			cut.matches = []match{ports(udpMatch(0))}
-			cut.target = unreachable(f)
-		}
-		add(cut)
+	if cutting {
+		add(rule{target: jump(chainCut)})
 	}
 	add(rule{proto: unix.IPPROTO_TCP, matches: []match{tcpMatch(0, tcpSYN, 0)}, target: accept},
 		rule{proto: unix.IPPROTO_TCP, matches: []match{tcpMatch(0, tcpSYN|tcpACK, tcpSYN|tcpACK)}, target: accept})
@@ -179,6 +189,61 @@ func (m *model) out(f family) chain {
 		add(rule{target: accept})
 	}
 	return c
+}
+
+// cut is the HYBOX-CUT chain of family f; false when nothing of f is
+// being cut.
+func (m *model) cut(f family) (chain, bool) {
+	c := chain{name: chainCut, hook: -1}
+	for _, fl := range m.cuts {
+		if !inFamily1(fl.Dst.Addr(), f) {
+			continue
+		}
+		cut := rule{src: host(fl.Src.Addr()), dst: host(fl.Dst.Addr()), proto: fl.Proto}
+		ports := func(mt match) match {
+			mt.sport = [2]uint16{fl.Src.Port(), fl.Src.Port()}
+			mt.dport = [2]uint16{fl.Dst.Port(), fl.Dst.Port()}
+			return mt
+		}
+		if fl.Proto == unix.IPPROTO_TCP {
+			// Not its resets: a socket the cut reset answers the peer's
+			// next segment with one, which must reach the peer.
+			cut.matches = []match{ports(tcpMatch(0, tcpRST, 0))}
+			cut.target = reset(f)
+		} else {
+			cut.matches = []match{ports(udpMatch(0))}
+			cut.target = unreachable(f)
+		}
+		c.rules = append(c.rules, cut)
+	}
+	var nets []netip.Prefix
+	for _, p := range m.cutNets {
+		if inFamily1(p.Addr(), f) {
+			nets = append(nets, p)
+		}
+	}
+	// The servers' connections go on through a prefix that holds their
+	// addresses: back to HYBOX-OUT, which accepts what is not a new
+	// connection.
+	for _, s := range inFamily(m.servers, f) {
+		if slices.ContainsFunc(nets, func(p netip.Prefix) bool { return p.Contains(s) }) {
+			c.rules = append(c.rules, rule{dst: host(s), target: target{kind: tReturn}})
+		}
+	}
+	for _, p := range nets {
+		c.rules = append(c.rules, rule{dst: anyIfZero(p), target: jump(chainReset)})
+	}
+	return c, len(c.rules) > 0
+}
+
+// resetChain is the HYBOX-RESET chain: every packet of a cut prefix but
+// a TCP reset (which a reset socket sends the peer) is refused.
+func resetChain(f family) chain {
+	return chain{name: chainReset, hook: -1, rules: []rule{
+		{proto: unix.IPPROTO_TCP, matches: []match{tcpMatch(0, tcpRST, tcpRST)}, target: target{kind: tReturn}},
+		{proto: unix.IPPROTO_TCP, target: reset(f)},
+		{proto: unix.IPPROTO_UDP, target: unreachable(f)},
+	}}
 }
 
 // deny is the HYBOX-DENY chain: a denied packet is refused at once

@@ -51,6 +51,9 @@ var goldenModels = []struct {
 			{Proto: unix.IPPROTO_TCP, Src: netip.MustParseAddrPort("10.248.0.5:40000"), Dst: netip.MustParseAddrPort("192.0.2.9:443")},
 			{Proto: unix.IPPROTO_UDP, Src: netip.MustParseAddrPort("[fd00::5]:40001"), Dst: netip.MustParseAddrPort("[2001:db8:2::1]:443")},
 		},
+		// Cut by prefix, the server's address inside one excepted.
+		cutNets: []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24"), netip.MustParsePrefix("2001:db8:3::/48")},
+		servers: addrs("10.248.0.1", "198.51.100.10"),
 	}},
 	{"default-allow-blocked", model{
 		rules:   nft.Rules{Enforce: true, DefaultAllow: true, IPRules: []nft.IPRule{{Prefix: netip.MustParsePrefix("0.0.0.0/0"), Allow: true}}},

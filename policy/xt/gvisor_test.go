@@ -175,6 +175,19 @@ func TestGVisorChild(t *testing.T) {
 			}
 		}
 	})
+	t.Run("GuardFrom", func(t *testing.T) {
+		// A socket may bind the agent's port beside its listener here
+		// (SO_REUSEADDR): no connection from it gets through, so one on
+		// it is always the agent's. (The netstack does not connect from
+		// a socket bound to one address: the socket binds them all.)
+		c, err := dialFrom(self, netip.AddrPortFrom(netip.IPv4Unspecified(), guard), netip.AddrPortFrom(upA, tcpPort), true)
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Errorf("a connection from the guarded port: %v, want it refused", err)
+		}
+		if c != nil {
+			c.Close()
+		}
+	})
 	t.Run("Cut", func(t *testing.T) {
 		// With the netstack's host segmentation offload off, the REJECT
 		// for a flow resets its socket on the next packet.
@@ -192,6 +205,61 @@ func TestGVisorChild(t *testing.T) {
 		}
 		if _, err := roundTrip(c); !errors.Is(err, syscall.ECONNRESET) {
 			t.Errorf("the cut flow's next exchange: %v, want a reset", err)
+		}
+	})
+	t.Run("CutShielded", func(t *testing.T) {
+		// A listener on the port of the workload's own connection
+		// (SO_REUSEPORT, made after it) does not keep it.
+		c, err := dialFrom(self, netip.AddrPortFrom(netip.IPv4Unspecified(), 0), netip.AddrPortFrom(upA, tcpPort), true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		l, err := (&net.ListenConfig{Control: reusePort}).Listen(context.Background(), "tcp", c.LocalAddr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		if _, err := roundTrip(c); err != nil {
+			t.Fatal(err)
+		}
+		cut, err := tab.Cut(func(a netip.Addr) bool { return a == upA })
+		if err != nil || len(cut) != 1 {
+			t.Fatalf("cut %v, %v", cut, err)
+		}
+		if _, err := roundTrip(c); !errors.Is(err, syscall.ECONNRESET) {
+			t.Errorf("the cut flow's next exchange: %v, want a reset", err)
+		}
+	})
+	t.Run("CutMany", func(t *testing.T) {
+		// More flows than their rules fit: all cut, by destination.
+		wide := r
+		wide.IPRules = append(wide.IPRules, nft.IPRule{Prefix: pfx("10.252.1.4/32"), Allow: true})
+		if err := tab.Apply(wide, nil); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := tab.Apply(r, nil); err != nil {
+				t.Error(err)
+			}
+		}()
+		var conns []net.Conn
+		for range 150 {
+			c, err := net.DialTimeout("tcp", netip.AddrPortFrom(upC, tcpPort).String(), 2*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			conns = append(conns, c)
+		}
+		cut, err := tab.Cut(func(a netip.Addr) bool { return a == upC })
+		if err != nil || len(cut) != len(conns) {
+			t.Fatalf("cut %d of %d flows: %v", len(cut), len(conns), err)
+		}
+		for i, c := range conns {
+			if _, err := roundTrip(c); !errors.Is(err, syscall.ECONNRESET) {
+				t.Fatalf("cut flow %d: next exchange %v, want a reset", i, err)
+			}
 		}
 	})
 	t.Run("Redirect", func(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 
 	"golang.org/x/sys/unix"
@@ -133,7 +134,7 @@ func parseHexAddrPort(b []byte, v6 bool) (netip.AddrPort, error) {
 // The namespace cannot be entered or a file cannot be read or parsed. A
 // missing IPv6 file (no IPv6) is not an error.
 func readSockets(nsPath string) ([]sock, error) {
-	var out []sock
+	out := []sock{} // not nil: none at all is an answer too
 	err := netns.Do(nsPath, func() error {
 		for _, f := range []struct {
 			name  string
@@ -175,28 +176,55 @@ func readNet(name string) ([]byte, error) {
 	return b, err
 }
 
-// flowsToCut are the outbound flows among socks that deny refuses: TCP
-// connections that may still send and connected UDP sockets, to an
-// address that is not loopback nor one of the namespace's own (local).
-// Inbound connections (whose local port has a TCP listener) are never
-// cut, nor are connections the proxy on redirectPort holds (it cuts them
-// itself).
-func flowsToCut(socks []sock, local map[netip.Addr]bool, redirectPort uint16, deny func(netip.Addr) bool) []nft.Flow {
+// cutScope is what flowsToCut decides by, besides the sockets and the
+// policy.
+type cutScope struct {
+	// local are the namespace's own addresses (loopback excepted).
+	local map[netip.Addr]bool
+	// guard are the guarded ports (the agent's control port).
+	guard []uint16
+	// servers are the addresses known to have opened connections into
+	// the namespace (serverPeers, remembered).
+	servers map[netip.Addr]bool
+}
+
+// flowsToCut are the flows among socks that deny refuses: TCP connections
+// that may still send and connected UDP sockets, to an address that is
+// not loopback nor one of the namespace's own. Kept:
+//
+//   - connections on a guarded port: the agent's, accepted from the
+//     server (the filter refuses a connection from a guarded port, so
+//     none of them is outbound);
+//   - connections from a server's address to a port that has a listener:
+//     the server's connections to execd, the agent and proxied ports.
+//
+// Every other connection to a denied address is cut, whether the
+// workload made it or accepted it: without connection tracking nothing
+// tells them apart. /proc/net lists no direction, and a listener proves
+// none: a workload can listen (SO_REUSEPORT, or SO_REUSEADDR in gVisor)
+// on the port of its own outbound connection, before or after making it,
+// so the listener's port would shield that connection. A server's
+// address is one that opened a connection to a guarded port, which only
+// a host able to connect into the namespace can do; such a host can talk
+// to the workload through connections of its own making whatever the
+// egress policy says, so keeping a flow to it that looks inbound gives
+// the workload nothing it lacks.
+//
+// A connection redirected to the transparent proxy is listed with the
+// address it was made to, and is not skipped: the proxy cuts it itself,
+// and its rule matches nothing (the filter sees its packets addressed to
+// the proxy). Nor does a socket on the proxy's port say which connection
+// is redirected: the workload can connect to the proxy from the port of
+// its own connection, as it can listen there.
+func flowsToCut(socks []sock, sc cutScope, deny func(netip.Addr) bool) []nft.Flow {
 	type lport struct {
 		addr netip.Addr
 		port uint16
 	}
 	listening := map[lport]bool{}
-	proxied := map[netip.AddrPort]bool{}
 	for _, s := range socks {
-		if s.proto != unix.IPPROTO_TCP {
-			continue
-		}
-		if s.state == tcpListen {
+		if s.proto == unix.IPPROTO_TCP && s.state == tcpListen {
 			listening[lport{s.local.Addr(), s.local.Port()}] = true
-		}
-		if redirectPort != 0 && s.local.Port() == redirectPort && s.local.Addr().IsLoopback() {
-			proxied[s.remote] = true
 		}
 	}
 	var out []nft.Flow
@@ -208,16 +236,19 @@ func flowsToCut(socks []sock, local map[netip.Addr]bool, redirectPort uint16, de
 			continue
 		}
 		dst := s.remote.Addr()
-		if !dst.IsValid() || dst.IsUnspecified() || dst.IsLoopback() || local[dst] {
+		if !dst.IsValid() || dst.IsUnspecified() || dst.IsLoopback() || sc.local[dst] {
 			continue
 		}
 		if s.proto == unix.IPPROTO_TCP {
-			any := netip.IPv4Unspecified()
-			if s.local.Addr().Is6() {
-				any = netip.IPv6Unspecified()
+			if slices.Contains(sc.guard, s.local.Port()) {
+				continue
 			}
-			if listening[lport{s.local.Addr(), s.local.Port()}] || listening[lport{any, s.local.Port()}] ||
-				listening[lport{netip.IPv6Unspecified(), s.local.Port()}] || proxied[s.local] {
+			wild := netip.IPv4Unspecified()
+			if s.local.Addr().Is6() {
+				wild = netip.IPv6Unspecified()
+			}
+			if sc.servers[dst] && (listening[lport{s.local.Addr(), s.local.Port()}] || listening[lport{wild, s.local.Port()}] ||
+				listening[lport{netip.IPv6Unspecified(), s.local.Port()}]) {
 				continue
 			}
 		}
@@ -225,6 +256,30 @@ func flowsToCut(socks []sock, local map[netip.Addr]bool, redirectPort uint16, de
 			continue
 		}
 		out = append(out, nft.Flow{Proto: s.proto, Src: s.local, Dst: s.remote})
+	}
+	return out
+}
+
+// serverPeers are the remote addresses of the established TCP
+// connections on a guarded port among socks: the hosts that connected to
+// the agent's control port, the server (its replicas) and nothing else
+// but a host able to connect into the namespace anyway (see flowsToCut).
+// The filter refuses a connection from a guarded port (its SYN), so such
+// a connection, once established, was opened by its peer, whichever
+// socket holds the port (the netstack lets a socket with SO_REUSEADDR
+// bind beside the agent's listener); one in SYN-SENT is the workload's
+// attempt, being refused, and does not count.
+func serverPeers(socks []sock, guard []uint16, local map[netip.Addr]bool) []netip.Addr {
+	var out []netip.Addr
+	for _, s := range socks {
+		if s.proto != unix.IPPROTO_TCP || s.state == tcpSynSent || !sending(s.state) || !slices.Contains(guard, s.local.Port()) {
+			continue
+		}
+		a := s.remote.Addr()
+		if !a.IsValid() || a.IsUnspecified() || a.IsLoopback() || local[a] || slices.Contains(out, a) {
+			continue
+		}
+		out = append(out, a)
 	}
 	return out
 }

@@ -21,6 +21,11 @@ const (
    4: 0200FB0A:9200 0300FB0A:0050 01 00000000:00000000 00:00000000 00000000     0        0 5 1 0000000000000000 0 0 0 0 -1
    5: 0200FB0A:9300 0300FB0A:0050 06 00000000:00000000 00:00000000 00000000     0        0 6 1 0000000000000000 0 0 0 0 -1
    6: 0100007F:9400 0100007F:0035 01 00000000:00000000 00:00000000 00000000     0        0 7 1 0000000000000000 0 0 0 0 -1
+   7: 0200FB0A:AEE5 0100FB0A:C351 01 00000000:00000000 00:00000000 00000000     0        0 12 1 0000000000000000 0 0 0 0 -1
+   8: 0200FB0A:AEE5 0900FB0A:01BB 02 00000000:00000000 00:00000000 00000000     0        0 13 1 0000000000000000 0 0 0 0 -1
+   9: 00000000:9800 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 14 1 0000000000000000 0 0 0 0 -1
+  10: 0200FB0A:9800 0300FB0A:01BB 01 00000000:00000000 00:00000000 00000000     0        0 15 1 0000000000000000 0 0 0 0 -1
+  11: 0200FB0A:9800 0100FB0A:1F90 01 00000000:00000000 00:00000000 00000000     0        0 16 1 0000000000000000 0 0 0 0 -1
 `
 	procTCP6 = `  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
    0: 0000000000000000FFFF00000200FB0A:9500 0000000000000000FFFF00000300FB0A:01BB 01 00000000:00000000 00:00000000 00000000     0        0 8 1 0000000000000000 0 0 0 0 -1
@@ -37,7 +42,7 @@ func TestParseProcNet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(tcp) != 7 || tcp[0].local != netip.MustParseAddrPort("10.251.0.2:37375") ||
+	if len(tcp) != 12 || tcp[0].local != netip.MustParseAddrPort("10.251.0.2:37375") ||
 		tcp[0].remote != netip.MustParseAddrPort("10.251.0.1:80") || tcp[0].state != tcpEstablished || tcp[1].state != tcpListen {
 		t.Fatalf("tcp: %+v", tcp)
 	}
@@ -55,28 +60,50 @@ func TestParseProcNet(t *testing.T) {
 	}
 	socks := slices.Concat(tcp, tcp6, udp)
 	local := map[netip.Addr]bool{netip.MustParseAddr("10.251.0.2"): true}
-	all := func(netip.Addr) bool { return true }
-	got := flowsToCut(socks, local, 0, all)
-	want := []nft.Flow{
-		{Proto: unix.IPPROTO_TCP, Src: netip.MustParseAddrPort("10.251.0.2:37375"), Dst: netip.MustParseAddrPort("10.251.0.1:80")},
-		// 2: from the listening port 44772: inbound, kept.
-		// 3: loopback to our own address: kept. 5: TIME_WAIT. 6: loopback.
-		{Proto: unix.IPPROTO_TCP, Src: netip.MustParseAddrPort("10.251.0.2:37376"), Dst: netip.MustParseAddrPort("10.251.0.3:80")},
-		{Proto: unix.IPPROTO_TCP, Src: netip.MustParseAddrPort("10.251.0.2:38144"), Dst: netip.MustParseAddrPort("10.251.0.3:443")},
-		{Proto: unix.IPPROTO_TCP, Src: netip.MustParseAddrPort("[2001:db8::2]:38400"), Dst: netip.MustParseAddrPort("[2001:db8::9]:443")},
-		{Proto: unix.IPPROTO_UDP, Src: netip.MustParseAddrPort("10.251.0.2:38656"), Dst: netip.MustParseAddrPort("10.251.0.3:5300")},
+	guard := []uint16{44773}
+	// 7: 10.251.0.1 connected to the guarded port; 8 is a connection
+	// from it being refused.
+	if got, want := serverPeers(socks, guard, local), addrs("10.251.0.1"); !slices.Equal(got, want) {
+		t.Errorf("server peers %v, want %v", got, want)
 	}
-	if !slices.Equal(got, want) {
+	sc := cutScope{local: local, guard: guard, servers: map[netip.Addr]bool{netip.MustParseAddr("10.251.0.1"): true}}
+	all := func(netip.Addr) bool { return true }
+	flow := func(proto uint8, src, dst string) nft.Flow {
+		return nft.Flow{Proto: proto, Src: netip.MustParseAddrPort(src), Dst: netip.MustParseAddrPort(dst)}
+	}
+	want := []nft.Flow{
+		// 0: to the server's address, but from a port without a listener.
+		flow(unix.IPPROTO_TCP, "10.251.0.2:37375", "10.251.0.1:80"),
+		// 2: from the server's address to the listener on 44772: kept.
+		// 3: loopback to our own address (a proxy's on 14999): kept.
+		// 4: redirected to that proxy, maybe, but nothing proves it (the
+		// proxy cuts it; its rule matches nothing). 5: TIME_WAIT.
+		// 6: loopback.
+		flow(unix.IPPROTO_TCP, "10.251.0.2:37376", "10.251.0.3:80"),
+		// 7, 8: on the guarded port: kept.
+		// 10: its port has a listener (9), but its peer is no server's.
+		flow(unix.IPPROTO_TCP, "10.251.0.2:38912", "10.251.0.3:443"),
+		// 11: a listener and the server's address: kept (no socket table
+		// tells it from the server's connection to a proxied port).
+		flow(unix.IPPROTO_TCP, "10.251.0.2:38144", "10.251.0.3:443"),
+		flow(unix.IPPROTO_TCP, "[2001:db8::2]:38400", "[2001:db8::9]:443"),
+		flow(unix.IPPROTO_UDP, "10.251.0.2:38656", "10.251.0.3:5300"),
+	}
+	if got := flowsToCut(socks, sc, all); !slices.Equal(got, want) {
 		t.Errorf("flows to cut:\n got  %v\n want %v", got, want)
 	}
-	// A connection the proxy on 14999 (0x3A99) holds is the proxy's to cut.
-	got = flowsToCut(socks, local, 0x3A99, all)
-	if slices.ContainsFunc(got, func(f nft.Flow) bool { return f.Src.Port() == 0x9200 }) {
-		t.Errorf("a proxied connection is cut by rule: %v", got)
+	// Without the server's address known, a listener shields nothing.
+	sc.servers = nil
+	if got := flowsToCut(socks, sc, all); !slices.Contains(got, flow(unix.IPPROTO_TCP, "10.251.0.2:44772", "10.251.0.1:50000")) ||
+		!slices.Contains(got, flow(unix.IPPROTO_TCP, "10.251.0.2:38912", "10.251.0.1:8080")) ||
+		slices.ContainsFunc(got, func(f nft.Flow) bool { return f.Src.Port() == 44773 }) {
+		t.Errorf("without servers, flows to cut: %v", got)
 	}
 	// deny decides.
-	got = flowsToCut(socks, local, 0, func(a netip.Addr) bool { return a == netip.MustParseAddr("10.251.0.1") })
-	if len(got) != 1 || got[0].Dst.Port() != 80 {
+	got := flowsToCut(socks, sc, func(a netip.Addr) bool {
+		return a == netip.MustParseAddr("10.251.0.9") || a == netip.MustParseAddr("2001:db8::9")
+	})
+	if len(got) != 1 || got[0].Dst.Port() != 443 || !got[0].Dst.Addr().Is6() {
 		t.Errorf("deny one address: %v", got)
 	}
 	for _, bad := range []string{"  0: 0200FB0A:91FF", "  0: 0200FB0A91FF 0100FB0A:0050 01", "  0: 0200FB0A:91FF 0100FB0A:0050 zz", "  0: 0200FB0X:91FF 0100FB0A:0050 01"} {
@@ -101,6 +128,7 @@ func FuzzParseProcNet(f *testing.F) {
 				t.Fatalf("%+v", s)
 			}
 		}
-		_ = flowsToCut(socks, nil, 15001, func(netip.Addr) bool { return true })
+		_ = flowsToCut(socks, cutScope{guard: []uint16{44773}}, func(netip.Addr) bool { return true })
+		_ = serverPeers(socks, []uint16{44773}, nil)
 	})
 }

@@ -8,11 +8,12 @@
 // proxy) into the filter and nat tables of IPv4 and IPv6 and replaces
 // them. What nftables does in the kernel and this interface lacks is done
 // here: learned addresses expire by a timer (no set timeouts), a
-// connection a stricter policy denies is cut by a REJECT rule for its
-// flow, found in /proc/net (no conntrack, no sock_diag), and each table
-// must fit in one replace of at most MaxBlob bytes (no sets: one rule per
-// address). The marshalling follows the kernel's ABI, so the same tables
-// load into Linux's ip_tables, which the tests use too.
+// connection a stricter policy denies is cut by REJECT rules for its flow
+// or its destination, found in /proc/net (no conntrack, no sock_diag: see
+// cut.go), each table must fit in one replace of at most MaxBlob bytes
+// (no sets: one rule per address), and a replace that fails is tried
+// again until one succeeds. The marshalling follows the kernel's ABI, so
+// the same tables load into Linux's ip_tables, which the tests use too.
 package xt
 
 import (
@@ -55,6 +56,10 @@ const (
 	// cutCheck is how often the flows being cut are looked up again,
 	// until they are gone and their rules can go too.
 	cutCheck = 2 * time.Second
+	// retryMin and retryMax bound the wait before a failed replace is
+	// tried again; it doubles at each failure.
+	retryMin = 100 * time.Millisecond
+	retryMax = 10 * time.Second
 )
 
 // Table is hybox's content of the iptables of one network namespace: the
@@ -73,9 +78,25 @@ type Table struct {
 	learned map[netip.Addr]time.Time
 	blocked map[netip.Addr]time.Time
 	cuts    map[nft.Flow]bool
+	servers map[netip.Addr]time.Time // the server's addresses, when last seen (cut.go)
 	applied bool
 	last    [2][2][]byte // the blobs in force, per family and table
+	// dirty is set when a replace failed: the tables in force may not be
+	// the model's (an expired address may still be allowed, a cut not
+	// made yet), and a replace is tried again after backoff.
+	dirty   bool
+	backoff time.Duration
 	timer   *time.Timer
+	sys     sys
+}
+
+// sys is what a Table asks of the kernel (or the netstack) besides the
+// tables' contents: tests put stand-ins in its place, to make a replace
+// fail or to list flows of their making.
+type sys struct {
+	replace func(fd int, f family, blob []byte) error // replace
+	sockets func(nsPath string) ([]sock, error)       // readSockets
+	addrs   func(nsPath string) ([]netip.Addr, error) // localAddrs
 }
 
 // Open opens raw sockets in the network namespace at nsPath, through
@@ -91,8 +112,7 @@ func Open(nsPath string, log *slog.Logger) (*Table, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	t := &Table{nsPath: nsPath, log: log, socks: [2]int{-1, -1}, learned: map[netip.Addr]time.Time{},
-		blocked: map[netip.Addr]time.Time{}, cuts: map[nft.Flow]bool{}}
+	t := newTable(nsPath, log)
 	err := netns.Do(nsPath, func() error {
 		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_RAW)
 		if err != nil {
@@ -121,18 +141,27 @@ func Open(nsPath string, log *slog.Logger) (*Table, error) {
 	return t, nil
 }
 
+func newTable(nsPath string, log *slog.Logger) *Table {
+	return &Table{nsPath: nsPath, log: log, socks: [2]int{-1, -1}, learned: map[netip.Addr]time.Time{},
+		blocked: map[netip.Addr]time.Time{}, cuts: map[nft.Flow]bool{}, servers: map[netip.Addr]time.Time{},
+		sys: sys{replace: replace, sockets: readSockets, addrs: localAddrs}}
+}
+
 // Apply replaces the four tables with r's rules, the learned addresses
 // exactly learned (TTLs below nft.MinTTL are raised to it) and the
 // blocked addresses r.Blocked. Cuts in progress stay. When the tables
 // change from one policy to another they are replaced one by one, filter
 // before nat, so that nothing passes that the new policy denies: the
 // filter refuses it, or the redirect sends it to the proxy, which asks
-// [Table.Allows].
+// [Table.Allows]. The IP rules and blocked addresses must leave room for
+// the coarsest cut (see [Table.Cut]), which learned addresses make by
+// going early.
 //
 // # Errors
 // r or an entry is invalid, the table is closed, the tables would not fit
 // (ErrFull), or a replace is refused; the tables in force then are the
-// previous ones where the rollback succeeded.
+// previous ones where the rollback succeeded (where it did not, the
+// previous tables are replaced again until that succeeds).
 func (t *Table) Apply(r nft.Rules, learned []nft.Entry) error {
 	if err := r.Validate(); err != nil {
 		return err
@@ -146,22 +175,45 @@ func (t *Table) Apply(r nft.Rules, learned []nft.Entry) error {
 	if err != nil {
 		return err
 	}
-	local, err := localAddrs(t.nsPath)
+	local, err := t.sys.addrs(t.nsPath)
 	if err != nil {
 		return err
+	}
+	// The server pushes every policy through the agent's guarded port:
+	// its address is seen here, whichever replica it is. The cuts of
+	// flows that are gone go too.
+	t.mu.Lock()
+	cutting := len(t.cuts) > 0
+	t.mu.Unlock()
+	var socks []sock
+	var serr error
+	if len(r.GuardPorts) > 0 || cutting {
+		socks, serr = t.sys.sockets(t.nsPath)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
 		return fmt.Errorf("xt: apply in %s: %w", t.nsPath, fs.ErrClosed)
 	}
+	if serr != nil {
+		t.log.Warn("egress firewall: listing the namespace's connections", "ns", t.nsPath, "err", serr)
+	}
+	t.recordServersLocked(socks, r.GuardPorts, local, now)
 	old := t.save()
 	t.rules, t.learned, t.blocked, t.local = r, l, b, local
+	if socks != nil {
+		t.pruneCutsLocked(socks)
+	}
 	if !r.Enforce {
 		clear(t.cuts)
 	}
-	if err := t.commitLocked(false, false); err != nil {
+	err = t.floorLocked(now)
+	if err == nil {
+		err = t.commitLocked(changePolicy)
+	}
+	if err != nil {
 		t.restore(old)
+		t.scheduleLocked()
 		return fmt.Errorf("xt: apply in %s: %w", t.nsPath, err)
 	}
 	t.applied = true
@@ -189,7 +241,8 @@ func (t *Table) Learn(addrs []netip.Addr, ttl time.Duration) error {
 // learned addresses that expire first are dropped to make room.
 //
 // # Errors
-// As Learn's.
+// As Learn's, except that when a replace is refused the addresses stay
+// blocked and the replace is tried again until it succeeds.
 func (t *Table) Block(addrs []netip.Addr, ttl time.Duration) error {
 	return t.add("block", addrs, ttl, true)
 }
@@ -224,65 +277,24 @@ func (t *Table) add(op string, addrs []netip.Addr, ttl time.Duration, block bool
 			m[a] = exp
 		}
 	}
-	if err := t.commitLocked(!block, block); err != nil {
-		t.restore(old)
+	c := changeLearn
+	var err error
+	if block {
+		c = changeTighten
+		err = t.floorLocked(time.Now())
+	}
+	if err == nil {
+		err = t.commitLocked(c)
+	}
+	if err != nil {
+		if !block || !errors.As(err, new(*replaceError)) {
+			t.restore(old)
+		}
+		t.scheduleLocked()
 		return fmt.Errorf("xt: %s %d addresses in %s: %w", op, len(addrs), t.nsPath, err)
 	}
 	t.scheduleLocked()
 	return nil
-}
-
-// Cut resets the outbound flows of the namespace whose destination deny
-// refuses, and returns them. gVisor's netstack has no connection tracking
-// to delete and no sock_diag to destroy a socket with, so each flow gets
-// a rule of its own, before the filter accepts segments without SYN,
-// that rejects its packets: the next packet the namespace sends on it
-// (data, or the acknowledgement of data that arrives) makes the netstack
-// reset the sending socket (TCP) or report the port unreachable (UDP).
-// The peer learns of it when it next sends: the reset socket answers with
-// a reset. A flow that stays idle on both sides stays open until then. A
-// flow's rule goes once the flow is gone. Flows are found in
-// /proc/net/{tcp,udp}{,6}; connections held by the transparent proxy are
-// left to it, inbound connections (to a listening port) and flows to
-// loopback or the namespace's own addresses are never cut.
-//
-// # Errors
-// The sockets cannot be listed, the rules do not fit (ErrFull, after
-// dropping the learned addresses that expire first), or the replace is
-// refused.
-func (t *Table) Cut(deny func(netip.Addr) bool) ([]nft.Flow, error) {
-	socks, err := readSockets(t.nsPath)
-	if err != nil {
-		return nil, err
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.closed {
-		return nil, fmt.Errorf("xt: cut in %s: %w", t.nsPath, fs.ErrClosed)
-	}
-	if !t.applied || !t.rules.Enforce {
-		return nil, nil
-	}
-	local := map[netip.Addr]bool{}
-	for _, a := range t.local {
-		local[a] = true
-	}
-	flows := flowsToCut(socks, local, t.rules.RedirectPort, deny)
-	old := t.save()
-	t.pruneCutsLocked(socks)
-	var added []nft.Flow
-	for _, f := range flows {
-		if !t.cuts[f] {
-			t.cuts[f] = true
-			added = append(added, f)
-		}
-	}
-	if err := t.commitLocked(false, true); err != nil {
-		t.restore(old)
-		return nil, fmt.Errorf("xt: cut %d flows in %s: %w", len(added), t.nsPath, err)
-	}
-	t.scheduleLocked()
-	return added, nil
 }
 
 // Allows reports whether the filter would let a new TCP connection to dst
@@ -364,8 +376,9 @@ func clone[K comparable, V any](m map[K]V) map[K]V {
 	return out
 }
 
-// modelLocked is what the tables are compiled from now: expired
-// addresses are dropped from the maps.
+// modelLocked is what the tables are compiled from at now: without the
+// expired addresses, which stay in the maps until a commit without them
+// succeeds.
 func (t *Table) modelLocked(now time.Time) *model {
 	m := &model{rules: t.rules, local: t.local}
 	for _, set := range []struct {
@@ -373,14 +386,16 @@ func (t *Table) modelLocked(now time.Time) *model {
 		out *[]netip.Addr
 	}{{t.learned, &m.learned}, {t.blocked, &m.blocked}} {
 		for a, e := range set.m {
-			if !now.Before(e) {
-				delete(set.m, a)
-				continue
+			if now.Before(e) {
+				*set.out = append(*set.out, a)
 			}
-			*set.out = append(*set.out, a)
 		}
 		slices.SortFunc(*set.out, netip.Addr.Compare)
 	}
+	for a := range t.servers {
+		m.servers = append(m.servers, a)
+	}
+	slices.SortFunc(m.servers, netip.Addr.Compare)
 	for f := range t.cuts {
 		m.cuts = append(m.cuts, f)
 	}
@@ -396,31 +411,71 @@ func (t *Table) modelLocked(now time.Time) *model {
 	return m
 }
 
-// commitLocked compiles the tables and replaces those that changed, nat
-// first when loosen is set (only addresses were allowed), else filter
-// first. With evict, learned addresses that expire first are dropped
-// until the tables fit.
-func (t *Table) commitLocked(loosen, evict bool) error {
+// change is what a commit puts in force, which decides the order of its
+// replaces and what a failed replace leaves.
+type change uint8
+
+const (
+	// changePolicy (Apply): filter first; a failed replace puts back
+	// the tables it replaced, and the caller the model.
+	changePolicy change = iota
+	// changeLearn (Learn) loosens only: nat first, so that a new
+	// address's first connection goes through the proxy; a failure as
+	// changePolicy's.
+	changeLearn
+	// changeTighten (Block, Cut): filter first; learned addresses that
+	// expire first are dropped until the tables fit; a failed replace
+	// keeps what was replaced, and the model, for the retry.
+	changeTighten
+	// changeHousekeep (expiries, cuts that are over): filter first; a
+	// failed replace keeps what was replaced, for the retry.
+	changeHousekeep
+)
+
+// replaceError is a replace the kernel or the netstack refused (rather
+// than tables that do not fit).
+type replaceError struct{ err error }
+
+func (e *replaceError) Error() string { return e.err.Error() }
+func (e *replaceError) Unwrap() error { return e.err }
+
+// commitLocked compiles the tables and replaces those that changed, in
+// the order c wants. When a replace fails the tables are dirty: a replace
+// is tried again after a backoff (scheduleLocked), until one succeeds, so
+// that an expired address or a cut never stays out of force for want of
+// a retry. Expired addresses leave the maps once a commit without them
+// succeeded.
+//
+// # Errors
+// ErrFull (wrapped) when the tables do not fit; *replaceError (wrapped)
+// when a replace failed.
+func (t *Table) commitLocked(c change) error {
+	now := time.Now()
 	var blobs [2][2][]byte
+	stage := cutFine
 	for {
 		var err error
-		blobs, err = t.compileLocked(time.Now())
-		var be *BudgetError
+		blobs, err = t.compileLocked(now, stage)
 		if err == nil {
 			break
 		}
+		var be *BudgetError
 		if !errors.As(err, &be) {
 			return err
 		}
-		if !evict || !t.evictLocked() {
-			return fmt.Errorf("%w: %w (about %d addresses per family fit, for IP rules, learned and blocked addresses together)",
-				ErrFull, err, (MaxBlob-6<<10)/(sizeEntry4+sizeStandard))
+		switch {
+		case c == changeTighten && t.evictHelpsLocked(now, stage) && t.evictLocked():
+		case stage < cutLast && len(t.cuts) > 0:
+			stage++
+		default:
+			return full(err)
 		}
 	}
 	order := [2]int{filterIdx, natIdx}
-	if loosen {
+	if c == changeLearn {
 		order = [2]int{natIdx, filterIdx}
 	}
+	rollback := c == changePolicy || c == changeLearn
 	type done struct{ fi, ti int }
 	var replaced []done
 	for fi := range families {
@@ -431,17 +486,24 @@ func (t *Table) commitLocked(loosen, evict bool) error {
 			if bytes.Equal(blobs[fi][ti], t.last[fi][ti]) {
 				continue
 			}
-			if err := replace(t.socks[fi], families[fi], blobs[fi][ti]); err != nil {
-				// Put back what this commit changed, latest first.
+			if err := t.sys.replace(t.socks[fi], families[fi], blobs[fi][ti]); err != nil {
+				// Put back what this commit changed, latest first, when
+				// the change is all or nothing; what stays (or could not
+				// be put back) is in force.
 				for i := len(replaced) - 1; i >= 0; i-- {
 					d := replaced[i]
-					if prev := t.last[d.fi][d.ti]; prev != nil {
-						if rerr := replace(t.socks[d.fi], families[d.fi], prev); rerr != nil {
-							err = errors.Join(err, fmt.Errorf("rollback: %w", rerr))
+					if prev := t.last[d.fi][d.ti]; rollback && prev != nil {
+						rerr := t.sys.replace(t.socks[d.fi], families[d.fi], prev)
+						if rerr == nil {
+							continue
 						}
+						err = errors.Join(err, fmt.Errorf("rollback: %w", rerr))
 					}
+					t.last[d.fi][d.ti] = blobs[d.fi][d.ti]
 				}
-				return err
+				t.dirty = true
+				t.backoff = min(max(2*t.backoff, retryMin), retryMax)
+				return &replaceError{err}
 			}
 			replaced = append(replaced, done{fi, ti})
 		}
@@ -449,26 +511,21 @@ func (t *Table) commitLocked(loosen, evict bool) error {
 	for _, d := range replaced {
 		t.last[d.fi][d.ti] = blobs[d.fi][d.ti]
 	}
+	t.dirty, t.backoff = false, 0
+	for _, m := range []map[netip.Addr]time.Time{t.learned, t.blocked} {
+		for a, e := range m {
+			if !now.Before(e) {
+				delete(m, a)
+			}
+		}
+	}
 	return nil
 }
 
-// compileLocked encodes the four tables of the current model.
-func (t *Table) compileLocked(now time.Time) ([2][2][]byte, error) {
-	m := t.modelLocked(now)
-	var blobs [2][2][]byte
-	for fi, f := range families {
-		if t.socks[fi] < 0 {
-			continue
-		}
-		var err error
-		if blobs[fi][filterIdx], err = m.filter(f).encode(); err != nil {
-			return blobs, err
-		}
-		if blobs[fi][natIdx], err = m.nat(f).encode(); err != nil {
-			return blobs, err
-		}
-	}
-	return blobs, nil
+// full wraps a *BudgetError as ErrFull, saying what fits.
+func full(err error) error {
+	return fmt.Errorf("%w: %w (about %d addresses per family fit, for IP rules, learned and blocked addresses together)",
+		ErrFull, err, (MaxBlob-6<<10)/(sizeEntry4+sizeStandard))
 }
 
 // evictLocked drops the learned addresses that expire first (an eighth,
@@ -489,25 +546,23 @@ func (t *Table) evictLocked() bool {
 	return true
 }
 
-// pruneCutsLocked forgets the cut flows that socks no longer lists as
-// able to send.
-func (t *Table) pruneCutsLocked(socks []sock) {
-	live := map[nft.Flow]bool{}
-	for _, s := range socks {
-		if s.proto == unix.IPPROTO_TCP && sending(s.state) || s.proto == unix.IPPROTO_UDP && s.state == udpConnected {
-			live[nft.Flow{Proto: s.proto, Src: s.local, Dst: s.remote}] = true
-		}
-	}
-	for f := range t.cuts {
-		if !live[f] {
-			delete(t.cuts, f)
-		}
-	}
-}
-
 // scheduleLocked sets the timer for the next expiry, or the next look at
-// the flows being cut.
+// the flows being cut, or, while the tables are dirty, the next try.
+// Nothing is scheduled before a policy was applied: there is no model to
+// put in force yet.
 func (t *Table) scheduleLocked() {
+	if t.timer != nil {
+		t.timer.Stop()
+		t.timer = nil
+	}
+	if t.closed || !t.applied {
+		return
+	}
+	if t.dirty {
+		// Whatever falls due before then is done by that try.
+		t.timer = time.AfterFunc(t.backoff, t.housekeep)
+		return
+	}
 	var next time.Time
 	for _, m := range []map[netip.Addr]time.Time{t.learned, t.blocked} {
 		for _, e := range m {
@@ -521,17 +576,13 @@ func (t *Table) scheduleLocked() {
 			next = c
 		}
 	}
-	if t.timer != nil {
-		t.timer.Stop()
-		t.timer = nil
+	if !next.IsZero() {
+		t.timer = time.AfterFunc(time.Until(next)+expirySlack, t.housekeep)
 	}
-	if next.IsZero() || t.closed {
-		return
-	}
-	t.timer = time.AfterFunc(time.Until(next)+expirySlack, t.housekeep)
 }
 
-// housekeep drops expired addresses and the rules of flows that are gone.
+// housekeep drops expired addresses and the rules of flows that are gone,
+// and tries a failed replace again.
 func (t *Table) housekeep() {
 	var socks []sock
 	t.mu.Lock()
@@ -539,20 +590,20 @@ func (t *Table) housekeep() {
 	t.mu.Unlock()
 	if cutting {
 		var err error
-		if socks, err = readSockets(t.nsPath); err != nil {
+		if socks, err = t.sys.sockets(t.nsPath); err != nil {
 			t.log.Warn("egress firewall: listing the flows being cut", "ns", t.nsPath, "err", err)
 		}
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.closed {
+	if t.closed || !t.applied {
 		return
 	}
 	if socks != nil {
 		t.pruneCutsLocked(socks)
 	}
-	if err := t.commitLocked(false, false); err != nil {
-		t.log.Error("egress firewall: dropping expired addresses", "ns", t.nsPath, "err", err)
+	if err := t.commitLocked(changeHousekeep); err != nil {
+		t.log.Error("egress firewall: replacing the tables failed; trying again", "ns", t.nsPath, "in", t.backoff, "err", err)
 	}
 	t.scheduleLocked()
 }
