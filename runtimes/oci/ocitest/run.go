@@ -392,8 +392,18 @@ func namesContainer(args []string, namespace, id string) bool {
 	return false
 }
 
+// waitGone waits (at most 5 s) until no process of container id is left.
+// Gone means gone for 200 ms: after the records go, containerd may still
+// start the shim's own "delete" for the bundle (a clean-clone run saw one
+// appear just after the shim's other processes had ended).
 func waitGone(ctx context.Context, namespace, id string) {
-	for i := 0; i < 250 && len(processes(namespace, id)) > 0; i++ {
+	quiet := 0
+	for i := 0; i < 250 && quiet < 10; i++ {
+		if len(processes(namespace, id)) == 0 {
+			quiet++
+		} else {
+			quiet = 0
+		}
 		select {
 		case <-ctx.Done():
 			return
