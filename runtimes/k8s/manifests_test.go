@@ -16,6 +16,7 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -353,6 +354,61 @@ func TestManifests(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 
+	// Through the deployment's Service. The test cluster has no kube-proxy
+	// behind the Service's cluster IP, so the requests go through the API
+	// server's service proxy, which sends each to one of the Service's
+	// ready endpoints, picked at random from its EndpointSlices: the same
+	// Service, selector and endpoints a kube-proxy would balance over.
+	hc, err := rest.HTTPClientFor(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := &serveProc{t: t, key: key, client: hc,
+		base: strings.TrimSuffix(env.Config.Host, "/") + "/api/v1/namespaces/" + ns + "/services/hybox:http/proxy"}
+	serviceEndpoints(t, env.Client, ns, "hybox", []string{ready[0].Status.PodIP, ready[1].Status.PodIP}, nil)
+	// Sixteen wasm sandboxes made through the Service land on both
+	// replicas (each lives where its create landed; all sixteen on one
+	// replica has a chance of 2 in 65536), and each answers through the
+	// Service whichever replica a request reaches.
+	owners := map[string]int{}
+	for i := 0; i < 16; i++ {
+		st, body := svc.do("POST", "/v1/sandboxes", `{"image":{"uri":"wasm://default"},"timeout":600}`)
+		if st != http.StatusAccepted {
+			t.Fatalf("create %d through the Service: %d %s", i, st, body)
+		}
+		var made struct{ ID string }
+		if err := json.Unmarshal(body, &made); err != nil {
+			t.Fatal(err)
+		}
+		want := "sandbox-" + made.ID
+		if st, body := svc.do("POST", "/v1/sandboxes/"+made.ID+"/proxy/44772/command", fmt.Sprintf(`{"command":"echo %s"}`, want)); st != http.StatusOK || !bytes.Contains(body, []byte(want)) {
+			t.Fatalf("command in %s through the Service: %d %s, want %s", made.ID, st, body, want)
+		}
+		owner := ""
+		for _, p := range ready[:2] {
+			if _, err := os.Stat(filepath.Join(sharedDir, "replicas", p.Name, "sandboxes", made.ID)); err == nil {
+				owner = p.Name
+			}
+		}
+		if owner == "" {
+			t.Fatalf("wasm sandbox %s made through the Service is in neither replica's directory", made.ID)
+		}
+		owners[owner]++
+		if st, body := svc.do("DELETE", "/v1/sandboxes/"+made.ID, ""); st != http.StatusNoContent {
+			t.Fatalf("delete %s through the Service: %d %s", made.ID, st, body)
+		}
+	}
+	t.Logf("wasm sandboxes made through the Service, by replica: %v", owners)
+	if len(owners) != 2 {
+		t.Errorf("sixteen creates through the Service all landed on %v, want both replicas", owners)
+	}
+	for i := 0; i < 4; i++ {
+		want := fmt.Sprintf("through-the-service-%d", i)
+		if st, body := svc.do("POST", "/v1/sandboxes/"+sb.ID+"/proxy/44772/command", fmt.Sprintf(`{"command":"echo %s"}`, want)); st != http.StatusOK || !bytes.Contains(body, []byte(want)) {
+			t.Fatalf("command in Pod sandbox %s through the Service: %d %s", sb.ID, st, body)
+		}
+	}
+
 	// One replica's Pod killed: the other serves the Pod sandbox, and takes
 	// over the wasm sandbox, which lived in the killed one, from the
 	// shared directory.
@@ -375,6 +431,15 @@ func TestManifests(t *testing.T) {
 	}
 	if st, body := two.do("POST", "/v1/sandboxes/"+wsb.ID+"/proxy/44772/code", `{"context":{"language":"python"},"code":"x + 1"}`); st != http.StatusOK || !bytes.Contains(body, []byte(`"text":"42"`)) {
 		t.Errorf("the Python context of the wasm sandbox taken over: %d %s, want 42", st, body)
+	}
+	// The Service, once its endpoints have dropped the killed replica,
+	// serves both sandboxes.
+	serviceEndpoints(t, env.Client, ns, "hybox", []string{ready[1].Status.PodIP}, []string{ready[0].Status.PodIP})
+	if st, body := svc.do("POST", "/v1/sandboxes/"+sb.ID+"/proxy/44772/command", `{"command":"echo after-the-kill"}`); st != http.StatusOK || !bytes.Contains(body, []byte("after-the-kill")) {
+		t.Errorf("the Pod sandbox through the Service after replica %s's Pod was killed: %d %s", ready[0].Name, st, body)
+	}
+	if st, body := svc.do("POST", "/v1/sandboxes/"+wsb.ID+"/proxy/44772/code", `{"context":{"language":"python"},"code":"x + 2"}`); st != http.StatusOK || !bytes.Contains(body, []byte(`"text":"43"`)) {
+		t.Errorf("the wasm sandbox taken over, through the Service: %d %s, want 43", st, body)
 	}
 	// The Deployment's new replica serves the Pod sandbox too.
 	var three *serveProc
@@ -404,6 +469,43 @@ func TestManifests(t *testing.T) {
 			t.Fatalf("sandbox Pods left: %d (err %v)", len(l.Items), err)
 		}
 		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// serviceEndpoints waits (at most 2 minutes) until the EndpointSlices of
+// Service name list every address of ready as a ready endpoint and no
+// address of gone at all, and fails the test if they never do.
+func serviceEndpoints(t *testing.T, client kubernetes.Interface, ns, name string, ready, gone []string) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		l, err := client.DiscoveryV1().EndpointSlices(ns).List(context.Background(),
+			metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + name})
+		have, listed := map[string]bool{}, map[string]bool{}
+		if err == nil {
+			for _, s := range l.Items {
+				for _, ep := range s.Endpoints {
+					for _, a := range ep.Addresses {
+						listed[a] = true
+						have[a] = ep.Conditions.Ready != nil && *ep.Conditions.Ready
+					}
+				}
+			}
+		}
+		ok := err == nil
+		for _, a := range ready {
+			ok = ok && have[a]
+		}
+		for _, a := range gone {
+			ok = ok && !listed[a]
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Service %s's endpoints are %v (ready or not), want %v ready and %v gone (err %v)", name, have, ready, gone, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 

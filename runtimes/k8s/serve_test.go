@@ -64,9 +64,11 @@ type serveProc struct {
 	t    testing.TB
 	base string
 	key  string
-	cmd  *exec.Cmd
-	log  *logBuffer
-	done chan struct{}
+	// client sends the requests; nil is http.DefaultClient.
+	client *http.Client
+	cmd    *exec.Cmd
+	log    *logBuffer
+	done   chan struct{}
 	// restart starts the same configuration again (serveK8sProc).
 	restart func()
 }
@@ -177,7 +179,11 @@ func (p *serveProc) do(method, path, body string, hdr ...string) (int, []byte) {
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
-	resp, err := http.DefaultClient.Do(req)
+	client := p.client
+	if client == nil {
+		client = http.DefaultClient
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		p.t.Fatalf("%s %s: %v", method, path, err)
 	}
