@@ -23,6 +23,8 @@ out=build/bench.txt
 	go test -run '^$' -bench 'NewContextFirstResult$|WarmRun$' -benchtime 300x ./runtimes/wasm/pyguest/
 	go test -run '^$' -bench 'Burst50$' -benchtime 50x ./runtimes/wasm/pyguest/
 	go test -run '^$' -bench 'Fib27$|Fib27Native' -benchtime 5x ./runtimes/wasm/pyguest/
+	# JavaScript contexts alone: fib(25), CPU-bound under the loop guard.
+	go test -run '^$' -bench '^BenchmarkFib$' -benchtime 30x ./runtimes/wasm/jsguest/
 	# The Go SDK against a real `hybox serve` (bin/hybox): its overhead per
 	# call over the same request written with net/http, and create → first
 	# command result for a wasm sandbox (and, as root, a runc one).

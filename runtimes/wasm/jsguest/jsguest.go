@@ -105,7 +105,7 @@ func NewManager(ctx context.Context, opts Options) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	env, err := hostModule(ctx, opts.Engine.RuntimeFor(engine.QuickJS))
+	env, err := hostModule(ctx, mod.Runtime())
 	if err != nil {
 		return nil, err
 	}
