@@ -118,24 +118,7 @@ func burst(t testing.TB, m *Manager, n int) []time.Duration {
 func TestBurst(t *testing.T) { burst(t, newManager(t, Options{}), 50) }
 
 // BenchmarkRunOnePlusOne measures `1+1` in a live context.
-func BenchmarkRunOnePlusOne(b *testing.B) {
-	m := newManager(b, Options{})
-	ctx := context.Background()
-	it, err := m.NewInterpreter(ctx, nil, "/", 0, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer it.Close()
-	ds := make([]time.Duration, 0, b.N)
-	for b.Loop() {
-		start := time.Now()
-		if ee, err := it.Run(ctx, "1 + 1", discard{}); err != nil || ee != nil {
-			b.Fatal(err, ee)
-		}
-		ds = append(ds, time.Since(start))
-	}
-	wasmtest.ReportPercentiles(b, ds, 50, 99)
-}
+func BenchmarkRunOnePlusOne(b *testing.B) { benchRun(b, "", "1 + 1", 50, 99) }
 
 // TestFootprint reports the memory of a fresh context and of 100 idle
 // ones (it logs; it fails only when a context does not answer).
@@ -162,6 +145,12 @@ func TestFootprint(t *testing.T) {
 // BenchmarkFib measures CPU-bound JavaScript: fib(25), recursive, in a live
 // context (the interpreter loop and calls, what the loop guard costs).
 func BenchmarkFib(b *testing.B) {
+	benchRun(b, "function fib(n) { return n < 2 ? n : fib(n - 1) + fib(n - 2) }", "fib(25)", 50)
+}
+
+// benchRun runs setup once in a new context, then times code in it and
+// reports the percentiles ps of its runs.
+func benchRun(b *testing.B, setup, code string, ps ...int) {
 	m := newManager(b, Options{})
 	ctx := context.Background()
 	it, err := m.NewInterpreter(ctx, nil, "/", 0, nil)
@@ -169,16 +158,18 @@ func BenchmarkFib(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer it.Close()
-	if ee, err := it.Run(ctx, "function fib(n) { return n < 2 ? n : fib(n - 1) + fib(n - 2) }", discard{}); err != nil || ee != nil {
-		b.Fatal(err, ee)
+	if setup != "" {
+		if ee, err := it.Run(ctx, setup, discard{}); err != nil || ee != nil {
+			b.Fatal(err, ee)
+		}
 	}
 	ds := make([]time.Duration, 0, b.N)
 	for b.Loop() {
 		start := time.Now()
-		if ee, err := it.Run(ctx, "fib(25)", discard{}); err != nil || ee != nil {
+		if ee, err := it.Run(ctx, code, discard{}); err != nil || ee != nil {
 			b.Fatal(err, ee)
 		}
 		ds = append(ds, time.Since(start))
 	}
-	wasmtest.ReportPercentiles(b, ds, 50)
+	wasmtest.ReportPercentiles(b, ds, ps...)
 }
