@@ -59,3 +59,34 @@ func TestBusyLoopsDoNotStallServer(t *testing.T) {
 		})
 	}
 }
+
+// TestDeleteStopsStuckCell: deleting a sandbox whose cell loops in C
+// (where no interrupt is polled) answers and ends the cell, without
+// waiting for the cell's timeout (ten minutes here); other sandboxes
+// are unaffected.
+func TestDeleteStopsStuckCell(t *testing.T) {
+	for _, c := range []struct{ language, code string }{
+		{"python", "sum(range(10**15))"},
+		{"javascript", "new Array(4e9).join('').length"},
+	} {
+		t.Run(c.language, func(t *testing.T) {
+			h := newHarness(t, "", harnessOpts{execTimeout: 10 * time.Minute})
+			stuck, other := h.create(nil), h.create(nil)
+			require.Nil(t, h.code(other.ID, c.language, "kept = 7").err)
+			done := make(chan outcome, 1)
+			go func() { done <- h.code(stuck.ID, c.language, c.code) }()
+			time.Sleep(500 * time.Millisecond) // the cell is in its loop
+			st, body, _ := h.do("DELETE", "/v1/sandboxes/"+stuck.ID, nil)
+			require.Equal(t, 204, st, "delete: %s", body)
+			select {
+			case o := <-done:
+				assert.NotNil(t, o.err, "the stuck cell ended without an error")
+			case <-time.After(time.Minute):
+				t.Fatal("the stuck cell still runs a minute after its sandbox was deleted")
+			}
+			o := h.code(other.ID, c.language, "kept")
+			require.Nil(t, o.err)
+			assert.Equal(t, "7", o.results[0]["text"])
+		})
+	}
+}

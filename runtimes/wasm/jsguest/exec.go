@@ -4,14 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"sync/atomic"
 	"time"
-
-	"github.com/hybox-dev/hybox/runtimes/wasm/engine"
 )
 
 // killGrace is how long a guest may keep running after its context is done
-// before it is destroyed: its loop guard is set (engine.Stop), or, when the
+// before it is destroyed: its loop guard is set (vm.destroy), or, when the
 // module is not guarded, the call's context is cancelled and wazero closes
 // the instance. QuickJS normally stops at the next interrupt poll, well
 // within this; only a guest stuck in C that polls nothing is destroyed
@@ -49,14 +46,11 @@ func (v *vm) exec(ctx context.Context, rio *runIO, awaitValue bool, start func()
 	v.stop.Store(uint32(stopNone))
 	fired := make(chan struct{})
 	var killTimer *time.Timer
-	var killed atomic.Bool
-	mod := v.mod
 	stopWatch := context.AfterFunc(ctx, func() {
 		v.stop.CompareAndSwap(uint32(stopNone), uint32(stopContext))
 		killTimer = time.AfterFunc(killGrace, func() {
-			killed.Store(true)
 			kill()
-			engine.Stop(mod)
+			v.destroy(errIgnoredInterrupt)
 		})
 		close(fired)
 	})
@@ -73,8 +67,8 @@ func (v *vm) exec(ctx context.Context, rio *runIO, awaitValue bool, start func()
 		v.close()
 		res = outcome{lost: true, stopped: stopReason(v.stop.Load())}
 		err = e
-		if killed.Load() {
-			err = errIgnoredInterrupt
+		if why := v.destroyed.Load(); why != nil {
+			err = *why
 		}
 	})
 

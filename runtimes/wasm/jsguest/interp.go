@@ -126,10 +126,13 @@ func (it *interpreter) emitResult(v *vm, box uint32, out execd.Output) (ee *exec
 	return nil, nil
 }
 
-// Close implements execd.Interpreter. A Run in progress is interrupted.
+// Close implements execd.Interpreter. A Run in progress is stopped at once
+// (vm.destroy), since the interpreter goes away with it and a call stuck in
+// C would never poll the interrupt hook.
 func (it *interpreter) Close() error {
 	if v := it.running.Load(); v != nil {
 		v.stop.CompareAndSwap(uint32(stopNone), uint32(stopContext))
+		v.destroy(ErrClosed)
 	}
 	it.mu.Lock()
 	defer it.mu.Unlock()

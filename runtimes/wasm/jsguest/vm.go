@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -107,6 +108,10 @@ type vm struct {
 
 	stop atomic.Uint32 // a stopReason; non-zero makes host_interrupt stop the guest
 	io   *runIO        // the current run's I/O, nil between runs
+	// destroyOnce sets the loop guard once; destroyed holds why (see
+	// destroy).
+	destroyOnce sync.Once
+	destroyed   atomic.Pointer[error]
 
 	rejections []rejection // unhandled promise rejections seen during the run
 	dead       bool
@@ -406,6 +411,17 @@ func (v *vm) close() {
 		_ = v.mod.Close(context.WithoutCancel(v.ctx))
 	}
 	v.dead = true
+}
+
+// destroy stops the guest wherever it runs, also in a C loop that polls
+// no interrupt, by setting its loop guard (engine.Stop); the call running
+// traps and the vm is lost, with why as the error its run reports. Only
+// the first call counts; it may come from any goroutine.
+func (v *vm) destroy(why error) {
+	v.destroyOnce.Do(func() {
+		v.destroyed.Store(&why)
+		engine.Stop(v.mod)
+	})
 }
 
 // call calls f and returns its first result. A wasm failure panics with
