@@ -26,10 +26,11 @@ import (
 )
 
 // GuardExport names the global of a guarded module that stops it, and
-// fuelExport the count of loop iterations left before its next look.
+// FuelExport the count of loop iterations left before its next look (the
+// look comes when the count is zero or less).
 const (
 	GuardExport = "hybox.guard"
-	fuelExport  = "hybox.fuel"
+	FuelExport  = "hybox.fuel"
 )
 
 // ErrUnguardable: the module uses an instruction or section layout Guard
@@ -114,7 +115,7 @@ func Guard(bin []byte) ([]byte, error) {
 	newGlobal := []byte{0x7f, 0x01, 0x41, 0x00, 0x0b, 0x7f, 0x01, 0x41, 0x00, 0x0b}
 	newExport := append(appendName(nil, GuardExport), 0x03)
 	newExport = appendU32(newExport, guard)
-	newExport = append(appendName(newExport, fuelExport), 0x03)
+	newExport = append(appendName(newExport, FuelExport), 0x03)
 	newExport = appendU32(newExport, guard+1)
 
 	out := append([]byte(nil), bin[:8]...)
@@ -192,7 +193,7 @@ func Guard(bin []byte) ([]byte, error) {
 // guarded.
 func Stop(mod api.Module) bool {
 	g, ok := mod.ExportedGlobal(GuardExport).(api.MutableGlobal)
-	f, fok := mod.ExportedGlobal(fuelExport).(api.MutableGlobal)
+	f, fok := mod.ExportedGlobal(FuelExport).(api.MutableGlobal)
 	if !ok || !fok {
 		return false
 	}
@@ -250,7 +251,7 @@ func customName(body []byte) (string, bool) {
 
 // guardCode rewrites a code section: after every loop's block type comes
 //
-//	global.get fuel; i32.eqz
+//	global.get fuel; i32.const 1; i32.lt_s
 //	if
 //	  i32.const 0; memory.grow 0; drop    ;; a visit to Go
 //	  global.get guard; if; unreachable; end
@@ -259,11 +260,14 @@ func customName(body []byte) (string, bool) {
 //	global.get fuel; i32.const 1; i32.sub; global.set fuel
 //
 // where fuel is the global after guard. A guest stopped keeps no fuel, so
-// every later call stops at its first loop.
+// every later call stops at its first loop. The look is at fuel <= 0, not
+// at zero: Stop's write of zero can land between the guest's check and its
+// decrement, which then leaves -1, and a test for zero alone would count
+// down four billion iterations before the next look.
 func guardCode(body []byte, guard uint32) ([]byte, error) {
 	fuel := guard + 1
 	check := appendU32([]byte{0x23}, fuel)
-	check = append(check, 0x45, 0x04, 0x40)
+	check = append(check, 0x41, 0x01, 0x48, 0x04, 0x40) // i32.const 1; i32.lt_s; if
 	check = append(check, 0x41, 0x00, 0x40, 0x00, 0x1a)
 	check = appendU32(append(check, 0x23), guard)
 	check = append(check, 0x04, 0x40, 0x00, 0x0b, 0x41)

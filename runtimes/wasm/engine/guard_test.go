@@ -127,6 +127,34 @@ func TestGuard(t *testing.T) {
 	}
 }
 
+// TestGuardLostRace: Stop writes the fuel while the guest runs; when the
+// write lands between the guest's look at its fuel and its decrement, the
+// fuel is left at -1. The guest must still look at the guard at its next
+// loop iteration, not four billion iterations later.
+func TestGuardLostRace(t *testing.T) {
+	ctx := context.Background()
+	rt := wazero.NewRuntime(ctx)
+	defer rt.Close(ctx)
+	guarded, err := engine.Guard(wasmModule(false, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mod, err := rt.InstantiateWithConfig(ctx, guarded, wazero.NewModuleConfig().WithName(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, gok := mod.ExportedGlobal(engine.GuardExport).(api.MutableGlobal)
+	f, fok := mod.ExportedGlobal(engine.FuelExport).(api.MutableGlobal)
+	if !gok || !fok {
+		t.Fatal("the guard or the fuel is not an exported mutable global")
+	}
+	g.Set(1)
+	f.Set(api.EncodeI32(-1))
+	if res, err := mod.ExportedFunction("count").Call(ctx, 100000); err == nil || !strings.Contains(err.Error(), "unreachable") {
+		t.Fatalf("count(100000) with the guard set and the fuel at -1 = %v, %v; want the guard's trap", res, err)
+	}
+}
+
 // A module made from a guarded binary stops when the context it was
 // instantiated with is done (ImageModule.Instantiate), and an unguarded one
 // says so.
