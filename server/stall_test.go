@@ -1,6 +1,7 @@
 package server
 
 import (
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -24,7 +25,10 @@ func TestBusyLoopsDoNotStallServer(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h := newHarness(t, "", harnessOpts{execTimeout: 4 * time.Second})
-			busy := []api.Sandbox{h.create(nil), h.create(nil), h.create(nil)}
+			var busy []api.Sandbox // one more than the server has cores
+			for range runtime.GOMAXPROCS(0) + 1 {
+				busy = append(busy, h.create(nil))
+			}
 			calm := h.create(nil)
 			require.Nil(t, h.code(calm.ID, "javascript", "0").err)
 			var (
@@ -76,11 +80,25 @@ func TestDeleteStopsStuckCell(t *testing.T) {
 			done := make(chan outcome, 1)
 			go func() { done <- h.code(stuck.ID, c.language, c.code) }()
 			time.Sleep(500 * time.Millisecond) // the cell is in its loop
-			st, body, _ := h.do("DELETE", "/v1/sandboxes/"+stuck.ID, nil)
-			require.Equal(t, 204, st, "delete: %s", body)
+			deleted := make(chan int, 1)
+			go func() {
+				st, body, _ := h.do("DELETE", "/v1/sandboxes/"+stuck.ID, nil)
+				if st != 204 {
+					t.Errorf("delete: %d %s", st, body)
+				}
+				deleted <- st
+			}()
+			select {
+			case <-deleted:
+			case <-time.After(time.Minute):
+				t.Fatal("the delete has not answered after a minute")
+			}
 			select {
 			case o := <-done:
-				assert.NotNil(t, o.err, "the stuck cell ended without an error")
+				// The cell ran and was stopped (a cell refused because the
+				// delete came first would fail otherwise).
+				require.NotNil(t, o.err, "the stuck cell ended without an error")
+				assert.Contains(t, o.err.EValue, "state lost", "the stuck cell's error")
 			case <-time.After(time.Minute):
 				t.Fatal("the stuck cell still runs a minute after its sandbox was deleted")
 			}

@@ -435,11 +435,14 @@ func TestManifests(t *testing.T) {
 	// The Service, once its endpoints have dropped the killed replica,
 	// serves both sandboxes.
 	serviceEndpoints(t, env.Client, ns, "hybox", []string{ready[1].Status.PodIP}, []string{ready[0].Status.PodIP})
-	if st, body := svc.do("POST", "/v1/sandboxes/"+sb.ID+"/proxy/44772/command", `{"command":"echo after-the-kill"}`); st != http.StatusOK || !bytes.Contains(body, []byte("after-the-kill")) {
-		t.Errorf("the Pod sandbox through the Service after replica %s's Pod was killed: %d %s", ready[0].Name, st, body)
-	}
-	if st, body := svc.do("POST", "/v1/sandboxes/"+wsb.ID+"/proxy/44772/code", `{"context":{"language":"python"},"code":"x + 2"}`); st != http.StatusOK || !bytes.Contains(body, []byte(`"text":"43"`)) {
-		t.Errorf("the wasm sandbox taken over, through the Service: %d %s, want 43", st, body)
+	for i := range 4 { // the Deployment's new replica may be among the endpoints already
+		want := fmt.Sprintf("after-the-kill-%d", i)
+		if st, body := svc.do("POST", "/v1/sandboxes/"+sb.ID+"/proxy/44772/command", fmt.Sprintf(`{"command":"echo %s"}`, want)); st != http.StatusOK || !bytes.Contains(body, []byte(want)) {
+			t.Errorf("the Pod sandbox through the Service after replica %s's Pod was killed: %d %s", ready[0].Name, st, body)
+		}
+		if st, body := svc.do("POST", "/v1/sandboxes/"+wsb.ID+"/proxy/44772/code", `{"context":{"language":"python"},"code":"x + 2"}`); st != http.StatusOK || !bytes.Contains(body, []byte(`"text":"43"`)) {
+			t.Errorf("the wasm sandbox taken over, through the Service: %d %s, want 43", st, body)
+		}
 	}
 	// The Deployment's new replica serves the Pod sandbox too.
 	var three *serveProc
@@ -487,7 +490,8 @@ func serviceEndpoints(t *testing.T, client kubernetes.Interface, ns, name string
 				for _, ep := range s.Endpoints {
 					for _, a := range ep.Addresses {
 						listed[a] = true
-						have[a] = ep.Conditions.Ready != nil && *ep.Conditions.Ready
+						// nil is unknown, which consumers read as ready
+						have[a] = ep.Conditions.Ready == nil || *ep.Conditions.Ready
 					}
 				}
 			}

@@ -181,6 +181,10 @@ func (m *Manager) RunCommand(ctx context.Context, cmd engine.Command) (int, erro
 	rio := &runIO{stdout: stdout, stderr: stderr, stdin: cmd.Stdin}
 	isFile := filename != "[eval]" && filename != "[stdin]"
 	async := !isFile && mayAwait(src)
+	var render func(uint32) (string, bool) // node -p prints the value
+	if inv.print {
+		render = func(val uint32) (string, bool) { return v.render(val, false), true }
+	}
 	res, err := v.exec(ctx, rio, async || inv.print, func() uint32 {
 		if isFile {
 			return v.runFile(filename)
@@ -194,7 +198,7 @@ func (m *Manager) RunCommand(ctx context.Context, cmd engine.Command) (int, erro
 			return v.hyCallValue("unwrapAsync", val)
 		}
 		return val
-	})
+	}, render)
 	if res.lost {
 		if res.stopped == stopContext || ctx.Err() != nil {
 			return exitKilled, fmt.Errorf("node: %w", stopCause(ctx))
@@ -219,10 +223,8 @@ func (m *Manager) RunCommand(ctx context.Context, cmd engine.Command) (int, erro
 		fmt.Fprintf(cmd.Stderr, "%s\n\nNode.js %s\n", strings.TrimRight(res.exc.Text, "\n"), nodeVersion)
 		return 1, nil
 	}
-	if inv.print {
-		printed := v.render(res.value, false)
-		v.freeValue(res.value)
-		if _, err := io.WriteString(cmd.Stdout, printed+"\n"); err != nil {
+	if res.rendered {
+		if _, err := io.WriteString(cmd.Stdout, res.text+"\n"); err != nil {
 			return 1, nil
 		}
 	} else {

@@ -4,13 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"sync"
 	"time"
 )
 
 // killGrace is how long a guest may keep running after its context is done
-// before it is destroyed: its loop guard is set (vm.destroy), or, when the
-// module is not guarded, the call's context is cancelled and wazero closes
-// the instance. QuickJS normally stops at the next interrupt poll, well
+// before it is destroyed (vm.destroy). QuickJS normally stops at the next interrupt poll, well
 // within this; only a guest stuck in C that polls nothing is destroyed
 // (e.g. Array.prototype.join of a huge sparse array).
 const killGrace = 2 * time.Second
@@ -27,41 +26,85 @@ type guestError struct {
 
 // outcome is how an execution ended.
 type outcome struct {
-	value   uint32      // box with the completion value, 0 = none; the caller frees it
-	exc     *guestError // uncaught exception
-	stopped stopReason  // why the host stopped the guest, stopNone if it was not
-	lost    bool        // the instance failed; its state is gone
+	value    uint32      // box with the completion value, 0 = none; the caller frees it
+	text     string      // the value rendered, when exec was given a render
+	rendered bool        // text holds a result
+	exc      *guestError // uncaught exception
+	stopped  stopReason  // why the host stopped the guest, stopNone if it was not
+	lost     bool        // the instance failed; its state is gone
+}
+
+// watcher stops a running guest when the context of its execution is done:
+// at once through the interrupt hook (vm.stop), and, when it has not
+// returned killGrace later (a loop in C polls no hook), by destroying it.
+type watcher struct {
+	mu       sync.Mutex
+	finished bool
+	timer    *time.Timer
+	stop     func() bool
+}
+
+// watch starts watching ctx for v.
+func (v *vm) watch(ctx context.Context) *watcher {
+	w := &watcher{}
+	w.stop = context.AfterFunc(ctx, func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.finished {
+			return
+		}
+		v.stop.CompareAndSwap(uint32(stopNone), uint32(stopContext))
+		w.timer = time.AfterFunc(killGrace, func() {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			if !w.finished {
+				v.destroy(errIgnoredInterrupt)
+			}
+		})
+	})
+	return w
+}
+
+// end stops watching: once it returns, no stop or kill of this watch
+// starts any more (one in progress has finished).
+func (w *watcher) end() {
+	w.stop()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.finished = true
+	if w.timer != nil {
+		w.timer.Stop()
+	}
 }
 
 // exec runs start (which evaluates or calls something and returns a value
 // box) to completion: a returned promise is awaited, then promise jobs and
-// timers run until none is left. Output and stdin go through rio. A wasm
-// failure returns lost with the error; everything else is in the outcome.
-func (v *vm) exec(ctx context.Context, rio *runIO, awaitValue bool, start func() uint32) (res outcome, err error) {
+// timers run until none is left. render, when not nil, renders the final
+// value (which exec then frees) under the same watch, since rendering can
+// run the guest's code (getters, proxies); ok false means no result. Output
+// and stdin go through rio. A wasm failure returns lost with the error;
+// everything else is in the outcome.
+func (v *vm) exec(ctx context.Context, rio *runIO, awaitValue bool, start func() uint32, render func(val uint32) (text string, ok bool)) (res outcome, err error) {
 	base := v.ctx
 	runCtx, kill := context.WithCancel(base)
 	v.ctx = runCtx
+	v.cancel.Store(&kill)
 	v.io = rio
 	rio.ctx = ctx
 	v.stop.Store(uint32(stopNone))
-	fired := make(chan struct{})
-	var killTimer *time.Timer
-	stopWatch := context.AfterFunc(ctx, func() {
-		v.stop.CompareAndSwap(uint32(stopNone), uint32(stopContext))
-		killTimer = time.AfterFunc(killGrace, func() {
-			kill()
-			v.destroy(errIgnoredInterrupt)
-		})
-		close(fired)
-	})
+	w := v.watch(ctx)
 	defer func() {
-		if !stopWatch() {
-			<-fired
-			killTimer.Stop()
-		}
+		w.end()
+		v.cancel.Store(nil)
 		kill()
 		v.ctx = base
 		v.io = nil
+		if why := v.destroyed.Load(); why != nil && !res.lost {
+			// Destroyed just as it returned: its guard is set, so the
+			// next call would trap. It is lost all the same.
+			v.close()
+			res, err = outcome{lost: true, stopped: stopReason(v.stop.Load())}, *why
+		}
 	}()
 	defer onTrap(func(e error) {
 		v.close()
@@ -137,7 +180,15 @@ func (v *vm) exec(ctx context.Context, rio *runIO, awaitValue bool, start func()
 		o := v.fail(reason)
 		return o, nil
 	}
-	return outcome{value: val}, nil
+	if render == nil {
+		return outcome{value: val}, nil
+	}
+	text, ok := render(val)
+	v.freeValue(val)
+	if v.stop.Load() != uint32(stopNone) {
+		return v.halt(), nil
+	}
+	return outcome{text: text, rendered: ok}, nil
 }
 
 // timerStep waits for the earliest timer and runs it. ran is false when no

@@ -26,6 +26,7 @@ type interpreter struct {
 	vm      *vm // nil after the state was lost; recreated by the next Run
 	closed  bool
 	running atomic.Pointer[vm] // the vm of the Run in progress, for Close
+	closing atomic.Bool        // Close has begun
 }
 
 var _ execd.Interpreter = (*interpreter)(nil)
@@ -68,6 +69,10 @@ func (it *interpreter) Run(ctx context.Context, code string, out execd.Output) (
 	v := it.vm
 	it.running.Store(v)
 	defer it.running.Store(nil)
+	if it.closing.Load() {
+		// Close began before it could see this Run: it waits for it.mu.
+		return nil, ErrClosed
+	}
 	stdout, stderr := outputSink(out)
 	rio := &runIO{stdout: stdout, stderr: stderr, limit: it.m.opts.OutputLimitBytes}
 	flags := uint32(evalGlobal)
@@ -82,9 +87,17 @@ func (it *interpreter) Run(ctx context.Context, code string, out execd.Output) (
 			return v.hyCallValue("unwrapAsync", val)
 		}
 		return val
+	}, func(val uint32) (string, bool) {
+		if v.call32(v.x.isUndefined, uint64(val)) != 0 {
+			return "", false
+		}
+		return v.render(val, true), true
 	})
 	if res.lost {
 		it.vm = nil
+		if errors.Is(err, ErrClosed) {
+			return nil, fmt.Errorf("javascript: %w: %w", ErrClosed, execd.ErrContextLost)
+		}
 		return nil, lostError(ctx, res.stopped, err)
 	}
 	switch res.stopped {
@@ -102,27 +115,9 @@ func (it *interpreter) Run(ctx context.Context, code string, out execd.Output) (
 	if res.exc != nil {
 		return toExecError(res.exc), nil
 	}
-	if res.value != 0 {
-		ee, err := it.emitResult(v, res.value, out)
-		if ee != nil || err != nil {
-			return ee, err
-		}
+	if res.rendered {
+		out.Result(map[string]string{"text/plain": res.text})
 	}
-	return nil, nil
-}
-
-// emitResult renders the completion value (unless undefined) and frees it.
-func (it *interpreter) emitResult(v *vm, box uint32, out execd.Output) (ee *execd.ExecError, err error) {
-	defer onTrap(func(e error) {
-		v.close()
-		it.vm = nil
-		ee, err = nil, fmt.Errorf("javascript: %w: %w", execd.ErrContextLost, e)
-	})
-	defer v.freeValue(box)
-	if v.call32(v.x.isUndefined, uint64(box)) != 0 {
-		return nil, nil
-	}
-	out.Result(map[string]string{"text/plain": v.render(box, true)})
 	return nil, nil
 }
 
@@ -130,6 +125,7 @@ func (it *interpreter) emitResult(v *vm, box uint32, out execd.Output) (ee *exec
 // (vm.destroy), since the interpreter goes away with it and a call stuck in
 // C would never poll the interrupt hook.
 func (it *interpreter) Close() error {
+	it.closing.Store(true)
 	if v := it.running.Load(); v != nil {
 		v.stop.CompareAndSwap(uint32(stopNone), uint32(stopContext))
 		v.destroy(ErrClosed)

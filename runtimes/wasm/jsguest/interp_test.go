@@ -304,6 +304,9 @@ func TestInterruptAndRecover(t *testing.T) {
 // the context starts afresh.
 func TestStuckInC(t *testing.T) {
 	m := newManager(t, Options{})
+	if !m.mod.Guarded {
+		t.Fatal("QuickJS is not guarded (engine.Guard refused it or it did not compile)")
+	}
 	it := newInterp(t, m, nil, 0)
 	run(t, it, "var kept = 1")
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
@@ -322,6 +325,72 @@ func TestStuckInC(t *testing.T) {
 	}
 	if rec, ee := run(t, it, "1 + 1"); ee != nil || rec.result() != "2" {
 		t.Errorf("1 + 1 after the kill: %+v %q", ee, rec.result())
+	}
+}
+
+// TestCloseStopsStuckRun: Close, also when it races a Run that is just
+// starting a fresh vm (its context was lost), stops a run stuck in C at
+// once (not at the run's timeout, ten minutes here), and the run reports
+// ErrClosed.
+func TestCloseStopsStuckRun(t *testing.T) {
+	m := newManager(t, Options{})
+	for i := range 40 {
+		it := newInterp(t, m, nil, 0)
+		ip := it.(*interpreter)
+		ip.vm.close() // lost: the next Run starts a fresh vm
+		ip.vm = nil
+		done := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+			defer cancel()
+			_, err := it.Run(ctx, "new Array(4e9).join('').length", &recorder{})
+			done <- err
+		}()
+		if i%2 == 1 {
+			time.Sleep(time.Duration(i) * 50 * time.Microsecond) // some Closes land mid-run
+		}
+		closed := make(chan struct{})
+		go func() { _ = it.Close(); close(closed) }()
+		select {
+		case err := <-done:
+			if !errors.Is(err, ErrClosed) {
+				t.Fatalf("try %d: the run ended with %v, want ErrClosed", i, err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("try %d: the run still runs a minute after Close", i)
+		}
+		select {
+		case <-closed:
+		case <-time.After(time.Minute):
+			t.Fatalf("try %d: Close has not returned after a minute", i)
+		}
+	}
+}
+
+// TestRenderIsWatched: rendering a result runs the guest's code (here a
+// proxy's ownKeys trap that never returns); the run's timeout stops it
+// like any other code, and the context keeps its variables.
+func TestRenderIsWatched(t *testing.T) {
+	m := newManager(t, Options{})
+	it := newInterp(t, m, nil, 0)
+	run(t, it, "var kept = 'still here'")
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := it.Run(ctx, "new Proxy({}, { ownKeys() { for (;;) {} } })", &recorder{})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, execd.ErrTimeout) || errors.Is(err, execd.ErrContextLost) {
+			t.Fatalf("err %v, want a timeout that keeps the context", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("rendering the result still runs a minute after its timeout")
+	}
+	if rec, ee := run(t, it, "kept"); ee != nil || rec.result() != "'still here'" {
+		t.Errorf("kept after the timeout: %+v %q", ee, rec.result())
 	}
 }
 

@@ -109,9 +109,10 @@ type vm struct {
 	stop atomic.Uint32 // a stopReason; non-zero makes host_interrupt stop the guest
 	io   *runIO        // the current run's I/O, nil between runs
 	// destroyOnce sets the loop guard once; destroyed holds why (see
-	// destroy).
+	// destroy). cancel cancels the running execution's calls.
 	destroyOnce sync.Once
 	destroyed   atomic.Pointer[error]
+	cancel      atomic.Pointer[context.CancelFunc]
 
 	rejections []rejection // unhandled promise rejections seen during the run
 	dead       bool
@@ -414,13 +415,19 @@ func (v *vm) close() {
 }
 
 // destroy stops the guest wherever it runs, also in a C loop that polls
-// no interrupt, by setting its loop guard (engine.Stop); the call running
-// traps and the vm is lost, with why as the error its run reports. Only
-// the first call counts; it may come from any goroutine.
+// no interrupt, by setting its loop guard (engine.Stop), or, in a module
+// the guard refused, by cancelling the running calls' context (wazero then
+// closes the module). The call running traps and the vm is lost, with why
+// as the error its run reports. Only the first call counts; it may come
+// from any goroutine.
 func (v *vm) destroy(why error) {
 	v.destroyOnce.Do(func() {
 		v.destroyed.Store(&why)
-		engine.Stop(v.mod)
+		if !engine.Stop(v.mod) {
+			if cancel := v.cancel.Load(); cancel != nil {
+				(*cancel)()
+			}
+		}
 	})
 }
 
