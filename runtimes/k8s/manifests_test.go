@@ -419,9 +419,15 @@ func TestManifests(t *testing.T) {
 	if st, body := two.do("POST", "/v1/sandboxes/"+sb.ID+"/proxy/44772/command", `{"command":"echo still-served"}`); st != http.StatusOK || !bytes.Contains(body, []byte("still-served")) {
 		t.Fatalf("the Pod sandbox after replica %s's Pod was killed: %d %s", ready[0].Name, st, body)
 	}
+	// Taken over once its directory is in the other replica's part: until
+	// the killed replica's container has really stopped (a grace of 0
+	// removes the Pod's object first), requests may still be forwarded to
+	// it and answered there.
+	movedTo := filepath.Join(sharedDir, "replicas", ready[1].Name, "sandboxes", wsb.ID)
 	for {
 		st, body := two.do("POST", "/v1/sandboxes/"+wsb.ID+"/proxy/44772/command", `{"command":"cat /tmp/note.txt"}`)
-		if st == http.StatusOK && bytes.Contains(body, []byte("in-the-cluster")) {
+		_, moved := os.Stat(movedTo)
+		if st == http.StatusOK && bytes.Contains(body, []byte("in-the-cluster")) && moved == nil {
 			break
 		}
 		if time.Now().After(deadline) {
