@@ -196,16 +196,7 @@ func TestGVisorChild(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		if _, err := roundTrip(c); err != nil {
-			t.Fatal(err)
-		}
-		cut, err := tab.Cut(func(a netip.Addr) bool { return a == upA })
-		if err != nil || len(cut) != 1 {
-			t.Fatalf("cut %v, %v", cut, err)
-		}
-		if _, err := roundTrip(c); !errors.Is(err, syscall.ECONNRESET) {
-			t.Errorf("the cut flow's next exchange: %v, want a reset", err)
-		}
+		cutResets(t, tab, c, upA)
 	})
 	t.Run("CutShielded", func(t *testing.T) {
 		// A listener on the port of the workload's own connection
@@ -220,16 +211,7 @@ func TestGVisorChild(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer l.Close()
-		if _, err := roundTrip(c); err != nil {
-			t.Fatal(err)
-		}
-		cut, err := tab.Cut(func(a netip.Addr) bool { return a == upA })
-		if err != nil || len(cut) != 1 {
-			t.Fatalf("cut %v, %v", cut, err)
-		}
-		if _, err := roundTrip(c); !errors.Is(err, syscall.ECONNRESET) {
-			t.Errorf("the cut flow's next exchange: %v, want a reset", err)
-		}
+		cutResets(t, tab, c, upA)
 	})
 	t.Run("CutMany", func(t *testing.T) {
 		// More flows than their rules fit: all cut, by destination.
@@ -294,4 +276,20 @@ func TestGVisorChild(t *testing.T) {
 		}
 		wantRefused(t, self, upB, tcpPort)
 	})
+}
+
+// cutResets checks that c, an open flow to up, answers, that a cut of up
+// cuts one flow, and that c's next exchange is then reset.
+func cutResets(t *testing.T, tab *Table, c net.Conn, up netip.Addr) {
+	t.Helper()
+	if _, err := roundTrip(c); err != nil {
+		t.Fatal(err)
+	}
+	cut, err := tab.Cut(func(a netip.Addr) bool { return a == up })
+	if err != nil || len(cut) != 1 {
+		t.Fatalf("cut %v, %v", cut, err)
+	}
+	if _, err := roundTrip(c); !errors.Is(err, syscall.ECONNRESET) {
+		t.Errorf("the cut flow's next exchange: %v, want a reset", err)
+	}
 }

@@ -33,7 +33,6 @@ import (
 	"github.com/hybox-dev/hybox/runtimes/k8s"
 	"github.com/hybox-dev/hybox/runtimes/k8s/k8stest"
 	"github.com/hybox-dev/hybox/runtimes/oci/ocitest"
-	"github.com/hybox-dev/hybox/runtimes/wasm/engine"
 )
 
 // manifestFiles are deploy/kubernetes's files in the order they apply.
@@ -341,18 +340,7 @@ func TestManifests(t *testing.T) {
 		t.Fatalf("Python in the wasm sandbox: %d %s", st, body)
 	}
 	// Its context is saved in the shared directory a moment later.
-	manifest := filepath.Join(sharedDir, "replicas", ready[0].Name, "sandboxes", wsb.ID, "state", "contexts.state")
-	deadline := time.Now().Add(time.Minute)
-	for {
-		st, err := engine.ReadStateFile(manifest)
-		if err == nil && bytes.Contains(st.Host, []byte(`"count":1`)) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the wasm sandbox's context is not saved in %s: %v", manifest, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitSaved(t, sharedDir, ready[0].Name, wsb.ID, 1)
 
 	// Through the deployment's Service. The test cluster has no kube-proxy
 	// behind the Service's cluster IP, so the requests go through the API
@@ -415,7 +403,7 @@ func TestManifests(t *testing.T) {
 	if err := pods.Delete(ctx, ready[0].Name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))}); err != nil {
 		t.Fatal(err)
 	}
-	deadline = time.Now().Add(2 * time.Minute)
+	deadline := time.Now().Add(2 * time.Minute)
 	if st, body := two.do("POST", "/v1/sandboxes/"+sb.ID+"/proxy/44772/command", `{"command":"echo still-served"}`); st != http.StatusOK || !bytes.Contains(body, []byte("still-served")) {
 		t.Fatalf("the Pod sandbox after replica %s's Pod was killed: %d %s", ready[0].Name, st, body)
 	}

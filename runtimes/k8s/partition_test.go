@@ -18,8 +18,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
-
-	"github.com/hybox-dev/hybox/runtimes/wasm/engine"
 )
 
 // cutRelay relays TCP to the API server until cut: then it ends every
@@ -135,18 +133,8 @@ func TestReplicasTakeOverPartition(t *testing.T) {
 		t.Fatalf("x = 41: %d %s", st, body)
 	}
 	// x is saved a moment after its cell (what a takeover restores).
-	manifest := filepath.Join(shared, "replicas", "replica-a", "sandboxes", id, "state", "contexts.state")
+	waitSaved(t, shared, "replica-a", id, 1)
 	deadline := time.Now().Add(time.Minute)
-	for {
-		st, err := engine.ReadStateFile(manifest)
-		if err == nil && bytes.Contains(st.Host, []byte(`"count":1`)) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the context was not saved: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 	tickPath := func(owner string) string {
 		return filepath.Join(shared, "replicas", owner, "sandboxes", id, "fs", "workspace", "tick")
 	}
@@ -203,23 +191,7 @@ func TestReplicasTakeOverPartition(t *testing.T) {
 	// a reaches the API server again: a 503 until it has checked, then
 	// the new owner's answers, never its old instance's.
 	relay.setCut(false)
-	deadline = time.Now().Add(time.Minute)
-	for {
-		st, body := code(a, "x")
-		if bytes.Contains(body, []byte(`"text":"41"`)) {
-			t.Fatalf("replica a answered from its old instance: %d %s", st, body)
-		}
-		if st == http.StatusOK && bytes.Contains(body, []byte(`"text":"100"`)) {
-			break
-		}
-		if st != http.StatusServiceUnavailable {
-			t.Fatalf("a after the partition: %d %s, want 503 until it has checked, then b's answer", st, body)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a still answers 503: %s", body)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	untilNewOwner(t, func() (int, []byte) { return code(a, "x") }, `"text":"41"`, `"text":"100"`)
 	if st, body := a.do("DELETE", "/v1/sandboxes/"+id, ""); st != http.StatusNoContent {
 		t.Fatalf("delete through a: %d %s", st, body)
 	}

@@ -79,22 +79,9 @@ func TestReplicasTakeOver(t *testing.T) {
 		_ = json.Unmarshal(body, &sb)
 		return st, sb.Status.State
 	}
-	// saved waits until the sandbox's default Python context has been
-	// saved after its count-th execution (a moment after it).
 	saved := func(owner, id string, count int) {
 		t.Helper()
-		manifest := filepath.Join(shared, "replicas", owner, "sandboxes", id, "state", "contexts.state")
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			st, err := engine.ReadStateFile(manifest)
-			if err == nil && strings.Contains(string(st.Host), fmt.Sprintf(`"count":%d`, count)) {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the context of %s was not saved in %s: %v", id, manifest, err)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		waitSaved(t, shared, owner, id, count)
 	}
 
 	// w: a vault, a variable, a file; held by a, used through both.
@@ -220,22 +207,9 @@ func TestReplicasTakeOver(t *testing.T) {
 	stopped = false
 	// Whatever a answers now, it is not its old instance's 'old': a 503
 	// until it has checked, then b's answer.
-	for {
-		st, body := a.do("POST", "/v1/sandboxes/"+f+"/proxy/44772/code", `{"context":{"language":"python"},"code":"z"}`)
-		if bytes.Contains(body, []byte(`'old'`)) {
-			t.Fatalf("replica a served its old instance of a sandbox b had taken over: %d %s", st, body)
-		}
-		if st == http.StatusOK && bytes.Contains(body, []byte(`'new'`)) {
-			break
-		}
-		if st != http.StatusServiceUnavailable {
-			t.Fatalf("a after its lapse: %d %s, want 503 until it has checked, then b's answer", st, body)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a still answers 503 for a sandbox b took over: %s", body)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	untilNewOwner(t, func() (int, []byte) {
+		return a.do("POST", "/v1/sandboxes/"+f+"/proxy/44772/code", `{"context":{"language":"python"},"code":"z"}`)
+	}, `'old'`, `'new'`)
 
 	// What a replica that is gone left in the shared directory without a
 	// record is removed by the leader (b).
@@ -270,5 +244,49 @@ func TestReplicasTakeOver(t *testing.T) {
 		if len(left) != 0 {
 			t.Errorf("left in %s's part of the shared directory: %v", r, left)
 		}
+	}
+}
+
+// waitSaved waits (at most a minute) until the default Python context of
+// wasm sandbox id, held by replica owner in the shared directory, has been
+// saved after its count-th execution (a moment after it).
+func waitSaved(t *testing.T, shared, owner, id string, count int) {
+	t.Helper()
+	manifest := filepath.Join(shared, "replicas", owner, "sandboxes", id, "state", "contexts.state")
+	deadline := time.Now().Add(time.Minute)
+	for {
+		st, err := engine.ReadStateFile(manifest)
+		if err == nil && strings.Contains(string(st.Host), fmt.Sprintf(`"count":%d`, count)) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the context of %s was not saved in %s: %v", id, manifest, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// untilNewOwner asks (every 100 ms, at most a minute) a replica whose
+// sandbox another replica has taken over: it must answer 503 until it has
+// checked its ownership, then the new owner's answer (containing want),
+// and never its old instance's (containing old).
+func untilNewOwner(t *testing.T, ask func() (int, []byte), old, want string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		st, body := ask()
+		if bytes.Contains(body, []byte(old)) {
+			t.Fatalf("the old owner answered from its old instance: %d %s", st, body)
+		}
+		if st == http.StatusOK && bytes.Contains(body, []byte(want)) {
+			return
+		}
+		if st != http.StatusServiceUnavailable {
+			t.Fatalf("the old owner: %d %s, want 503 until it has checked, then the new owner's answer", st, body)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the old owner still answers 503: %s", body)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
