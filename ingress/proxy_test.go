@@ -14,6 +14,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/hybox-dev/hybox/ingress"
+	"github.com/hybox-dev/hybox/internal/duplextest"
 )
 
 func TestProxyHTTP(t *testing.T) {
@@ -149,6 +150,17 @@ func TestProxyStreaming(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestProxyFullDuplex: the proxy still sends the request's body on after
+// the upstream has begun its answer (duplextest says why that can fail).
+func TestProxyFullDuplex(t *testing.T) {
+	for _, k := range targetKinds {
+		t.Run(k.name, func(t *testing.T) {
+			g := newGateway(t, k.make(t, duplextest.Upstream()), nil)
+			duplextest.Check(t, g.srv.Client(), g.srv.URL+"/"+sbID+"/8080/echo")
+		})
 	}
 }
 

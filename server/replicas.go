@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -248,7 +249,16 @@ func (s *Server) forwardOnce(w http.ResponseWriter, r *http.Request, rt *ingress
 		errdefs.Write(w, errdefs.New(api.ErrorCodeUNAVAILABLE, "sandbox %s lives in replica %s, whose address %q is not usable", id, rec.Owner, rec.OwnerAddress))
 		return true, r
 	}
-	owner := rec.Owner
+	s.toOwner(id, rec.Owner, target).ServeHTTP(w, r)
+	return true, r
+}
+
+// toOwner returns the handler that passes a request about sandbox id on to
+// target, the address of its owner replica. It is full duplex: a request's
+// body still passes on after the owner has begun its answer (a command's
+// stream does; without, net/http closes the body under the transport's
+// last read of it, and the stream is cut after its first event).
+func (s *Server) toOwner(id, owner string, target *url.URL) http.Handler {
 	p := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
@@ -256,13 +266,16 @@ func (s *Server) forwardOnce(w http.ResponseWriter, r *http.Request, rt *ingress
 			pr.Out.Header.Set(headerForwardedBy, s.opts.Replica)
 		},
 		FlushInterval: -1, // streams (SSE, command output) pass at once
+		ErrorLog:      slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
 			s.log.Warn("forward to the owner replica", "id", id, "owner", owner, "err", err)
 			errdefs.Write(w, errdefs.New(api.ErrorCodeUNAVAILABLE, "sandbox %s lives in replica %s, which does not answer", id, owner))
 		},
 	}
-	p.ServeHTTP(w, r)
-	return true, r
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = http.NewResponseController(w).EnableFullDuplex()
+		p.ServeHTTP(w, r)
+	})
 }
 
 // fetchedKey carries the record forward read for its request.
