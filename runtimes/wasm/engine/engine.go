@@ -48,10 +48,10 @@ type Options struct {
 // Engine is a wazero runtime with WASI and the compiled guests. It is safe
 // for concurrent use.
 type Engine struct {
-	rt    wazero.Runtime // closes modules when their context is done
-	coop  wazero.Runtime // for guarded guests (Guard): no such checks
-	cache wazero.CompilationCache
-	opts  Options
+	rt      wazero.Runtime // closes modules when their context is done
+	guarded wazero.Runtime // for guarded guests (Guard): no such checks
+	cache   wazero.CompilationCache
+	opts    Options
 
 	mu       sync.Mutex
 	compiled map[string]wazero.CompiledModule
@@ -75,8 +75,8 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		cfg = cfg.WithCompilationCache(c)
 	}
 	e.rt = wazero.NewRuntimeWithConfig(ctx, cfg.WithCloseOnContextDone(true))
-	e.coop = wazero.NewRuntimeWithConfig(ctx, cfg)
-	for _, rt := range []wazero.Runtime{e.rt, e.coop} {
+	e.guarded = wazero.NewRuntimeWithConfig(ctx, cfg)
+	for _, rt := range []wazero.Runtime{e.rt, e.guarded} {
 		if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt); err != nil {
 			return nil, fmt.Errorf("wasi: %w", err)
 		}
@@ -124,7 +124,7 @@ func (e *Engine) Compile(ctx context.Context, g Guest) (wazero.CompiledModule, e
 
 // Close closes the runtime and every module instantiated in it.
 func (e *Engine) Close(ctx context.Context) error {
-	err := errors.Join(e.rt.Close(ctx), e.coop.Close(ctx))
+	err := errors.Join(e.rt.Close(ctx), e.guarded.Close(ctx))
 	if e.cache != nil {
 		_ = e.cache.Close(ctx)
 	}

@@ -163,8 +163,8 @@ func (e *Engine) CompileForImages(ctx context.Context, g Guest) (*ImageModule, e
 	if gb, err := Guard(stripped); err == nil {
 		// A guarded module that does not compile (a layout the guard does
 		// not foresee) runs unguarded, with wazero's checks.
-		if cm, err = e.coop.CompileModule(ctx, gb); err == nil {
-			rt, guarded = e.coop, true
+		if cm, err = e.guarded.CompileModule(ctx, gb); err == nil {
+			rt, guarded = e.guarded, true
 		}
 	}
 	if cm == nil {
